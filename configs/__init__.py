@@ -1,0 +1,23 @@
+"""Presets: one module per task x algorithm (``<algo>_<task>.py``) defining ``CONFIG``, a TrainConfig.
+
+``preset(task, algo)`` returns a fresh copy; tasks without a preset get the TrainConfig defaults for that task.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+
+from rlrobot.config import TrainConfig
+
+
+def module_name(task: str, algo: str) -> str:
+    return f"{algo}_{task}".replace("-", "_").replace(":", "_").replace(".", "_").lower()
+
+
+def preset(task: str = "so101-reach", algo: str = "ppo") -> TrainConfig:
+    try:
+        mod = importlib.import_module(f"rlrobot.configs.{module_name(task, algo)}")
+    except ModuleNotFoundError:
+        return TrainConfig(task=task, algo=algo)
+    return copy.deepcopy(mod.CONFIG)

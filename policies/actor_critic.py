@@ -1,0 +1,78 @@
+"""MLP Gaussian actor-critic (RSL-RL style): state-independent log-std, separate critic, normaliser inside."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+from .normalizer import RunningNormalizer
+
+ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
+
+
+@dataclass
+class ActorCriticConfig:
+    actor_hidden: tuple[int, ...] = (256, 256, 128)
+    critic_hidden: tuple[int, ...] = (256, 256, 128)
+    activation: str = "elu"
+    init_noise_std: float = 1.0
+    normalize_obs: bool = True
+    obs_key: str = "state"
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [nn.Linear(in_dim, h), ACTIVATIONS[activation]()]
+        in_dim = h
+    layers.append(nn.Linear(in_dim, out_dim))
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Gaussian policy over actions in [-1, 1] (samples are clipped by the caller before reaching the env)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, cfg: ActorCriticConfig | None = None):
+        super().__init__()
+        cfg = cfg or ActorCriticConfig()
+        self.cfg = cfg
+        self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.normalizer = RunningNormalizer(obs_dim) if cfg.normalize_obs else nn.Identity()
+        self.actor = mlp(obs_dim, cfg.actor_hidden, action_dim, cfg.activation)
+        self.critic = mlp(obs_dim, cfg.critic_hidden, 1, cfg.activation)
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(torch.log(torch.tensor(cfg.init_noise_std)))))
+        # small last actor layer: initial actions near zero, exploration from the std (CleanRL / RSL-RL practice)
+        nn.init.orthogonal_(self.actor[-1].weight, 0.01)
+        nn.init.zeros_(self.actor[-1].bias)
+
+    def features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.normalizer(obs[self.cfg.obs_key])
+
+    def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
+        if isinstance(self.normalizer, RunningNormalizer):
+            self.normalizer.update(obs[self.cfg.obs_key])
+
+    def distribution(self, x: torch.Tensor) -> Normal:
+        mean = self.actor(x)
+        return Normal(mean, self.log_std.exp().expand_as(mean))
+
+    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+        x = self.features(obs)
+        mean = self.actor(x)
+        if deterministic:
+            return mean.clamp(-1.0, 1.0)
+        return Normal(mean, self.log_std.exp().expand_as(mean)).sample()
+
+    def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.critic(self.features(obs)).squeeze(-1)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        """Deterministic action from a raw state tensor, normaliser included (what TorchScript / ONNX export)."""
+        return self.actor(self.normalizer(state)).clamp(-1.0, 1.0)

@@ -1,0 +1,3 @@
+from rlrobot.cli import main
+
+main()

@@ -1,0 +1,97 @@
+"""``rlrobot bench``: raw batched physics vs the VecEnv vs PPO training, measured in one run.
+
+(a) raw: ``mj_step`` x frame_skip on every MjData through the same thread pool, nothing else;
+(b) VecEnv: ``env.step`` with random actions (action mapping, IK, gather, rewards, observations, autoreset);
+(c) PPO: full training iterations (rollout with policy inference + update).
+All in env steps per second (one env step = one control step = frame_skip physics steps).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+@dataclass
+class BenchArgs:
+    task: str = "so101-reach"
+    num_envs: tuple[int, ...] = (64, 256, 1024)
+    seconds: float = 3.0
+    """time budget for each of (a) and (b) at each size"""
+    ppo_iterations: int = 2
+    num_threads: int = 0
+    torch_threads: int = 1
+    control_mode: str = "ee_delta"
+    json_out: str | None = None
+
+
+def _rate(fn, num_envs: int, seconds: float) -> float:
+    fn()  # warm up (thread pool, caches)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn()
+        steps += 1
+    return steps * num_envs / (time.perf_counter() - start)
+
+
+def run_bench(args: BenchArgs) -> list[dict]:
+    import rlrobot
+    from rlrobot.config import TrainConfig
+    from rlrobot.runners.on_policy import OnPolicyRunner
+
+    torch.set_num_threads(args.torch_threads)
+    rows = []
+    for n in args.num_envs:
+        env = rlrobot.make(args.task, n, seed=0, control_mode=args.control_mode, num_threads=args.num_threads or None)
+        env.reset(seed=0)
+        raw = _rate(env.raw_step, n, args.seconds)
+        env.reset(seed=0)
+        gen = torch.Generator().manual_seed(0)
+        actions = [torch.rand(n, env.action_dim, generator=gen) * 2 - 1 for _ in range(8)]
+        k = [0]
+
+        def step():
+            env.step(actions[k[0] % 8])
+            k[0] += 1
+
+        vec = _rate(step, n, args.seconds)
+        env.close()
+
+        cfg = TrainConfig(task=args.task, num_envs=n, total_steps=10**9, logger="none", control_mode=args.control_mode,
+                          num_threads=args.num_threads, torch_threads=args.torch_threads, out="/tmp/rlrobot-bench")
+        runner = OnPolicyRunner(cfg)
+        runner.obs, _ = runner.env.reset(seed=0)
+
+        def ppo_iteration():
+            runner._rollout()
+            runner.algo.update(runner.storage, runner.generator)
+            runner.policy.update_normalizer(runner.storage.obs)
+            runner.storage.clear()
+
+        ppo_iteration()  # warm up
+        start = time.perf_counter()
+        for _ in range(args.ppo_iterations):
+            ppo_iteration()
+        ppo = args.ppo_iterations * n * cfg.ppo.num_steps / (time.perf_counter() - start)
+        runner.env.close()
+        rows.append({"num_envs": n, "raw_steps_per_s": raw, "vecenv_steps_per_s": vec, "ppo_steps_per_s": ppo,
+                     "b_over_a": vec / raw, "c_over_a": ppo / raw})
+
+    table = Table(title=f"rlrobot bench: {args.task} ({args.control_mode}), env steps/s")
+    for col in ("num_envs", "(a) raw mj_step", "(b) VecEnv", "(c) PPO train", "b/a", "c/a"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["num_envs"]), f"{r['raw_steps_per_s']:,.0f}", f"{r['vecenv_steps_per_s']:,.0f}",
+                      f"{r['ppo_steps_per_s']:,.0f}", f"{r['b_over_a']:.2f}", f"{r['c_over_a']:.2f}")
+    console.print(table)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(rows, f, indent=2)
+    return rows

@@ -1,0 +1,115 @@
+"""Typed run configuration; tyro turns it into the CLI and ``configs/`` holds the presets (one source of defaults)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rlrobot.algorithms.ppo import PPOConfig
+from rlrobot.envs.registry import BACKENDS, validate_task_id
+from rlrobot.policies.actor_critic import ActorCriticConfig
+
+ALGOS = ("ppo",)
+OBS_MODES = ("state", "rgb", "state+rgb")
+REWARD_MODES = ("dense", "sparse")
+CONTROL_MODES = ("joint_pos", "joint_delta", "ee_delta")
+
+
+@dataclass
+class TrainConfig:
+    task: str = "so101-reach"
+    """task id: a native task (so101-reach, so101-push, so101-lift) or a prefixed one (gym:Pendulum-v1)"""
+    algo: str = "ppo"
+    """learning algorithm: ppo"""
+    num_envs: int = 256
+    total_steps: int = 1_000_000
+    """environment steps to train for (summed over envs)"""
+    seed: int = 0
+    out: str = ""
+    """run directory (default: runs/<task>-<algo>-s<seed>)"""
+    resume: bool = False
+    """continue the run in --out from its latest checkpoint"""
+    backend: str | None = None
+    """simulator backend (default: the task's own): mujoco | gymnasium"""
+    device: str = "cpu"
+    obs_mode: str = "state"
+    reward_mode: str = "dense"
+    control_mode: str = "ee_delta"
+    max_episode_steps: int | None = None
+    num_threads: int = 0
+    """simulator threads (0 = all cores)"""
+    torch_threads: int = 1
+    """torch intra-op threads; 1 avoids contention with the simulator threads on small machines"""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    policy: ActorCriticConfig = field(default_factory=ActorCriticConfig)
+    logger: Literal["tensorboard", "wandb", "none"] = "tensorboard"
+    wandb_project: str = "rlrobot"
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
+    checkpoint_every: int = 20
+    """iterations between checkpoints"""
+    eval_every: int = 25
+    """iterations between evaluations (0 = only at the end)"""
+    eval_episodes: int = 64
+    eval_envs: int = 32
+    video: bool = True
+    """record an evaluation video of env 0 at the end"""
+    video_episodes: int = 2
+
+    def task_options(self) -> dict[str, Any]:
+        if ":" in self.task:
+            opts: dict[str, Any] = {}
+            if self.max_episode_steps:
+                opts["max_episode_steps"] = self.max_episode_steps
+            return opts
+        return {
+            "obs_mode": self.obs_mode,
+            "reward_mode": self.reward_mode,
+            "control_mode": self.control_mode,
+            "max_episode_steps": self.max_episode_steps,
+            "num_threads": self.num_threads or None,
+        }
+
+    def validate(self) -> None:
+        """Every bad value is reported with the field name and the allowed values, before any compute."""
+        validate_task_id(self.task)
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo={self.algo!r} is not one of {ALGOS}")
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}")
+        if ":" not in self.task:
+            for name, allowed in (("obs_mode", OBS_MODES), ("reward_mode", REWARD_MODES),
+                                  ("control_mode", CONTROL_MODES)):
+                if getattr(self, name) not in allowed:
+                    raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
+            if self.obs_mode == "rgb" and self.policy.obs_key == "state":
+                raise ValueError("obs_mode='rgb' gives no 'state' observation, and the MLP actor-critic reads "
+                                 "policy.obs_key='state': use obs_mode='state' or 'state+rgb'")
+        if self.num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {self.num_envs}")
+        per_iteration = self.num_envs * self.ppo.num_steps
+        if self.total_steps < per_iteration:
+            raise ValueError(f"total_steps={self.total_steps} is less than one rollout (num_envs x ppo.num_steps = "
+                             f"{self.num_envs} x {self.ppo.num_steps} = {per_iteration})")
+        if per_iteration % self.ppo.num_minibatches:
+            raise ValueError(f"num_envs x ppo.num_steps = {per_iteration} must be divisible by "
+                             f"ppo.num_minibatches={self.ppo.num_minibatches}")
+        if self.eval_episodes < 1 or self.eval_envs < 1:
+            raise ValueError("eval_episodes and eval_envs must be >= 1")
+        if self.torch_threads < 1:
+            raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
+
+    def run_dir(self) -> str:
+        return self.out or f"runs/{self.task.replace(':', '_')}-{self.algo}-s{self.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        d = dict(d)
+        ppo = PPOConfig(**d.pop("ppo"))
+        pol = d.pop("policy")
+        pol = {k: tuple(v) if isinstance(v, list) else v for k, v in pol.items()}
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(ppo=ppo, policy=ActorCriticConfig(**pol), **{k: v for k, v in d.items() if k in known})

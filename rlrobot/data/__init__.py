@@ -1,0 +1,3 @@
+from .rollout_storage import RolloutStorage
+
+__all__ = ["RolloutStorage"]

@@ -1,0 +1,83 @@
+"""``rlrobot.make``: one factory for native tasks and simulator adapters (task ids as in DESIGN.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .vec_env import VecEnv
+
+BACKENDS = ("mujoco", "gymnasium")
+ADAPTER_PREFIXES = {"gym": "gymnasium"}
+
+
+def native_task_ids() -> list[str]:
+    from rlrobot.tasks.so101 import TASKS
+
+    return sorted(TASKS)
+
+
+def validate_task_id(task_id: str) -> None:
+    """Raise before any compute if ``task_id`` names no task."""
+    prefix, sep, name = task_id.partition(":")
+    if sep:
+        if prefix not in ADAPTER_PREFIXES:
+            raise ValueError(f"task={task_id!r}: unknown prefix {prefix!r}; valid prefixes: {sorted(ADAPTER_PREFIXES)}")
+        if prefix == "gym":
+            import gymnasium
+
+            if name not in gymnasium.registry:
+                raise ValueError(f"task={task_id!r}: gymnasium has no env id {name!r}")
+        return
+    if task_id not in native_task_ids():
+        raise ValueError(
+            f"task={task_id!r} is not a known task; valid tasks: {native_task_ids()} or a prefixed id such as "
+            "'gym:Pendulum-v1'"
+        )
+
+
+def make(
+    task_id: str,
+    num_envs: int = 1,
+    *,
+    backend: str | None = None,
+    device: str | torch.device | None = None,
+    seed: int | None = None,
+    **task_options: Any,
+) -> VecEnv:
+    """Build a batched env. Native tasks by name (``so101-reach``), other simulators by prefix (``gym:...``)."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    validate_task_id(task_id)
+    prefix, sep, name = task_id.partition(":")
+    expected = ADAPTER_PREFIXES[prefix] if sep else "mujoco"
+    backend = backend or expected
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
+    if backend != expected:
+        raise ValueError(f"task={task_id!r} runs on backend {expected!r}, not {backend!r}")
+    device = torch.device(device or "cpu")
+    if backend == "gymnasium":
+        from rlrobot.tasks.gymnasium_adapter import GymnasiumVecEnv
+
+        return GymnasiumVecEnv(name, num_envs, device=device, seed=seed, **task_options)
+    from rlrobot.tasks.so101 import TASKS
+
+    env = TASKS[task_id](num_envs, device=device, seed=seed, **task_options)
+    return env
+
+
+def describe_task(task_id: str) -> dict[str, Any]:
+    """Spaces and options of a task, for ``rlrobot list-tasks``."""
+    env = make(task_id, 1)
+    try:
+        return {
+            "task": task_id,
+            "observation": {k: tuple(v.shape) for k, v in env.single_observation_space.spaces.items()},
+            "action": tuple(env.single_action_space.shape),
+            "max_episode_steps": env.max_episode_steps,
+            "instruction": getattr(env, "instruction", [""])[0] if hasattr(env, "instruction") else "",
+        }
+    finally:
+        env.close()

@@ -1,0 +1,63 @@
+"""The VecEnv contract every simulator, adapter and robot speaks (see DESIGN.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import gymnasium
+import torch
+
+Obs = dict[str, torch.Tensor]
+
+
+@runtime_checkable
+class VecEnv(Protocol):
+    """Batched, tensor-first environment with same-step autoreset.
+
+    ``step`` returns ``(obs, reward, terminated, truncated, info)`` with tensors of shape ``[num_envs, ...]`` on
+    ``device``. An env that finishes is reset inside ``step``: ``obs`` is the new episode's first observation,
+    ``info["final_obs"]`` the last observation of the finished one, ``info["episode"]`` the statistics of the
+    episodes that finished in this step.
+    """
+
+    num_envs: int
+    device: torch.device
+    single_observation_space: gymnasium.spaces.Dict
+    single_action_space: gymnasium.spaces.Box
+    max_episode_steps: int
+
+    def reset(self, seed: int | None = None) -> tuple[Obs, dict[str, Any]]: ...
+
+    def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+def check_action(action: Any, num_envs: int, action_dim: int, device: torch.device) -> torch.Tensor:
+    """Validate an action batch before it reaches a simulator; raise a clear error otherwise."""
+    if not isinstance(action, torch.Tensor):
+        raise TypeError(f"action must be a torch.Tensor of shape [{num_envs}, {action_dim}], got {type(action).__name__}")
+    if tuple(action.shape) != (num_envs, action_dim):
+        raise ValueError(f"action has shape {tuple(action.shape)}, expected [num_envs={num_envs}, action_dim={action_dim}]")
+    if not action.dtype.is_floating_point:
+        raise TypeError(f"action dtype must be floating point (float32 expected), got {action.dtype}")
+    if action.device != device:
+        raise ValueError(f"action is on device {action.device}, the env runs on {device}")
+    if not bool(torch.isfinite(action).all()):
+        bad = (~torch.isfinite(action)).any(dim=-1).nonzero().flatten().tolist()
+        raise ValueError(f"action contains NaN or Inf (env indices {bad[:10]})")
+    return action
+
+
+def episode_info(
+    done: torch.Tensor, returns: torch.Tensor, lengths: torch.Tensor, success: torch.Tensor, success_once: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Statistics of the episodes that finished this step (one entry per finished env)."""
+    ids = done.nonzero().flatten()
+    return {
+        "env_ids": ids,
+        "return": returns[ids].clone(),
+        "length": lengths[ids].clone(),
+        "success": success[ids].clone(),
+        "success_once": success_once[ids].clone(),
+    }

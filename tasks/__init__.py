@@ -1,0 +1,6 @@
+"""Tasks that ship with rlrobot (native MuJoCo) and adapters to other simulators."""
+
+import os
+
+# Headless rendering by default: EGL works without a display (set MUJOCO_GL yourself to override).
+os.environ.setdefault("MUJOCO_GL", "egl")

@@ -1,0 +1,390 @@
+"""SO-101 tasks on the native MuJoCo backend: reach, push (cube to target), lift (grasp and lift the cube 5 cm).
+
+Everything here is batched numpy over all envs: control-mode mapping (joint targets, joint deltas, Cartesian deltas
+through damped-least-squares IK), observations, rewards, success, and the IK-based scripted experts that make
+demonstrations without any download.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .mujoco_vec_env import MujocoVecEnv
+
+ASSETS = Path(__file__).parent / "assets"
+CONTROL_MODES = ("joint_pos", "joint_delta", "ee_delta")
+JOINT_NAMES = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+JOINT_LOW = np.array([-1.91986, -1.74533, -1.69, -1.65806, -2.74385, -0.174533])
+JOINT_HIGH = np.array([1.91986, 1.74533, 1.69, 1.65806, 2.84121, 1.74533])
+# Gripper pointing straight down with the TCP at about (0.17, 0, 0.09): found once with the IK below.
+HOME_QPOS = np.array([0.0, 0.31, -0.262, 1.523, 0.0, 0.6])
+CUBE_HALF = 0.015
+PUSHER_HALF_WIDTH = 0.021  # jaws held at the grasp angle form a 4.2 cm wide U around the pusher site
+PUSH_GRIPPER_ACTION = -0.3  # gripper at ~0.5 rad: the moving pad parallel to the fixed jaw
+DOWN = np.array([0.0, 0.0, -1.0])
+
+MAX_JOINT_DELTA = 0.08  # rad per control step in joint_delta mode (2 rad/s at 25 Hz)
+MAX_EE_DELTA = 0.02  # m per control step in ee_delta mode (0.5 m/s at 25 Hz)
+MAX_ROLL_DELTA = 0.15  # rad per control step for the wrist roll in ee_delta mode
+IK_DAMPING = 0.03
+IK_POINTING_WEIGHT = 0.1  # metres of TCP error that weigh like one radian of pointing error
+
+
+def _normalize_joint(q: np.ndarray) -> np.ndarray:
+    return 2.0 * (q - JOINT_LOW) / (JOINT_HIGH - JOINT_LOW) - 1.0
+
+
+def _denormalize_joint(a: np.ndarray) -> np.ndarray:
+    return JOINT_LOW + (a + 1.0) * 0.5 * (JOINT_HIGH - JOINT_LOW)
+
+
+def _gripper_from_action(a: np.ndarray) -> np.ndarray:
+    return JOINT_LOW[5] + (a + 1.0) * 0.5 * (JOINT_HIGH[5] - JOINT_LOW[5])
+
+
+def _wrap(x: np.ndarray, period: float) -> np.ndarray:
+    return (x + period / 2) % period - period / 2
+
+
+class SO101Env(MujocoVecEnv):
+    """Shared arm, control modes and IK for the SO-101 tasks."""
+
+    xml_path = str(ASSETS / "so101_scene.xml")
+    tracked_sites = ("tcp", "pusher")
+    tracked_bodies = ("cube",)
+    jacobian_site = "tcp"
+    randomized_geoms = ("cube",)
+    randomized_bodies = ("cube",)
+    task_name = "so101"
+    default_max_episode_steps = 100
+
+    def __init__(self, num_envs: int, *, control_mode: str = "ee_delta", max_episode_steps: int | None = None, **kw):
+        if control_mode not in CONTROL_MODES:
+            raise ValueError(f"control_mode={control_mode!r} is not one of {CONTROL_MODES}")
+        self.control_mode = control_mode
+        self.action_dim = 5 if control_mode == "ee_delta" else 6
+        self.target = np.zeros((num_envs, 3))
+        self.cube_start = np.zeros((num_envs, 3))
+        self._expert_phase = np.zeros(num_envs, dtype=np.int64)
+        self._expert_timer = np.zeros(num_envs, dtype=np.int64)
+        super().__init__(num_envs, max_episode_steps=max_episode_steps or self.default_max_episode_steps, **kw)
+        self._mocap_id = self.model.body("target").mocapid[0]
+
+    # ------------------------------------------------------------ views of the gathered buffers
+    @property
+    def tcp(self) -> np.ndarray:
+        return self.site_pos[:, 0]
+
+    @property
+    def pusher(self) -> np.ndarray:
+        return self.site_pos[:, 1]
+
+    @property
+    def tcp_axes(self) -> np.ndarray:
+        """[N, 3, 3] rotation of the TCP frame; column 0 is the approach axis, column 1 the jaw-closing axis."""
+        return self.site_mat[:, 0].reshape(-1, 3, 3)
+
+    @property
+    def cube_pos(self) -> np.ndarray:
+        return self.body_pos[:, 0]
+
+    @property
+    def cube_yaw(self) -> np.ndarray:
+        w, x, y, z = self.body_quat[:, 0].T
+        return np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+    # ------------------------------------------------------------ control
+    def _ik_targets(self, dpos: np.ndarray, droll: np.ndarray, gripper: np.ndarray) -> np.ndarray:
+        """Joint targets that move the TCP by ``dpos`` keeping the gripper pointing down (batched DLS IK)."""
+        approach = self.tcp_axes[:, :, 0]
+        project = np.eye(3) - approach[:, :, None] * approach[:, None, :]  # ignore rotation about the approach axis
+        jac = np.concatenate(
+            [self.jacp[:, :, :4], IK_POINTING_WEIGHT * (project @ self.jacr[:, :, :4])], axis=1
+        )  # [N, 6, 4]: pan, lift, elbow, wrist_flex
+        err = np.concatenate([dpos, IK_POINTING_WEIGHT * np.cross(approach, DOWN)], axis=1)
+        jt = jac.transpose(0, 2, 1)
+        lhs = jt @ jac + IK_DAMPING**2 * np.eye(4)
+        dq = np.linalg.solve(lhs, (jt @ err[:, :, None]))[:, :, 0].clip(-0.2, 0.2)
+        q = np.empty((self.num_envs, 6))
+        q[:, :4] = self.qpos[:, :4] + dq
+        q[:, 4] = self.qpos[:, 4] + droll
+        q[:, 5] = gripper
+        return q.clip(JOINT_LOW, JOINT_HIGH)
+
+    def _actions_to_ctrl(self, action: np.ndarray) -> np.ndarray:
+        if self.control_mode == "joint_pos":
+            return _denormalize_joint(action)
+        if self.control_mode == "joint_delta":
+            q = self.ctrl.copy()
+            q[:, :5] += action[:, :5] * MAX_JOINT_DELTA
+            q[:, 5] = _gripper_from_action(action[:, 5])
+            return q.clip(JOINT_LOW, JOINT_HIGH)
+        return self._ik_targets(action[:, :3] * MAX_EE_DELTA, action[:, 3] * MAX_ROLL_DELTA, _gripper_from_action(action[:, 4]))
+
+    def cartesian_action(self, dpos: np.ndarray, droll: np.ndarray, gripper_action: np.ndarray) -> np.ndarray:
+        """Express a Cartesian command (metres, radians, gripper in [-1, 1]) in this env's control mode."""
+        ee = np.concatenate(
+            [(dpos / MAX_EE_DELTA).clip(-1, 1), (droll / MAX_ROLL_DELTA).clip(-1, 1)[:, None], gripper_action[:, None]], 1
+        )
+        if self.control_mode == "ee_delta":
+            return ee
+        q = self._ik_targets(ee[:, :3] * MAX_EE_DELTA, ee[:, 3] * MAX_ROLL_DELTA, _gripper_from_action(ee[:, 4]))
+        if self.control_mode == "joint_pos":
+            return _normalize_joint(q).clip(-1, 1)
+        delta = ((q[:, :5] - self.ctrl[:, :5]) / MAX_JOINT_DELTA).clip(-1, 1)
+        return np.concatenate([delta, gripper_action[:, None]], 1)
+
+    # ------------------------------------------------------------ resets
+    def _reset_arm(self, ids: np.ndarray) -> None:
+        noise = self.np_random.uniform(-0.05, 0.05, size=(len(ids), 6))
+        noise[:, 5] = 0.0
+        for k, i in enumerate(ids):
+            d = self.datas[i]
+            q = HOME_QPOS + noise[k]
+            d.qpos[:6] = q
+            d.ctrl[:] = q
+            self.ctrl[i] = q
+
+    def _place_cube(self, ids: np.ndarray, radius: tuple[float, float], angle: tuple[float, float]) -> None:
+        n = len(ids)
+        r = self.np_random.uniform(*radius, size=n)
+        a = self.np_random.uniform(*angle, size=n)
+        yaw = self.np_random.uniform(-np.pi / 4, np.pi / 4, size=n)
+        for k, i in enumerate(ids):
+            d = self.datas[i]
+            d.qpos[6:9] = (r[k] * np.cos(a[k]), r[k] * np.sin(a[k]), CUBE_HALF)
+            d.qpos[9:13] = (np.cos(yaw[k] / 2), 0.0, 0.0, np.sin(yaw[k] / 2))
+            self.cube_start[i] = d.qpos[6:9]
+
+    def _set_target(self, ids: np.ndarray, targets: np.ndarray) -> None:
+        self.target[ids] = targets
+        for k, i in enumerate(ids):
+            self.datas[i].mocap_pos[self._mocap_id] = targets[k]
+
+    def _reset_envs(self, ids: np.ndarray) -> None:
+        self._expert_phase[ids] = 0
+        self._expert_timer[ids] = 0
+        self._reset_arm(ids)
+        self._reset_task(ids)
+
+    def _reset_task(self, ids: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _task_state(self) -> dict[str, np.ndarray]:
+        return {"target": self.target, "cube_start": self.cube_start, "expert_phase": self._expert_phase,
+                "expert_timer": self._expert_timer}
+
+    def _set_task_state(self, state: dict[str, np.ndarray]) -> None:
+        self.target[:] = state["target"]
+        self.cube_start[:] = state["cube_start"]
+        self._expert_phase[:] = state["expert_phase"]
+        self._expert_timer[:] = state["expert_timer"]
+
+    def _cube_lost(self) -> np.ndarray:
+        """The cube left the table (knocked off, or flung by a contact blow-up): the episode cannot go on."""
+        pos = self.cube_pos
+        return (pos[:, 2] < -0.05) | (pos[:, 2] > 0.5) | (np.linalg.norm(pos[:, :2] - [0.2, 0.0], axis=1) > 0.45)
+
+    # ------------------------------------------------------------ observations
+    def _arm_obs(self) -> list[np.ndarray]:
+        return [self.qpos[:, :6], self.qvel[:, :6] * 0.1, self.tcp, self.tcp_axes[:, :, 0], self.tcp_axes[:, :, 1]]
+
+    # ------------------------------------------------------------ expert
+    def _move_command(self, goal: np.ndarray, gain: float = 1.0) -> np.ndarray:
+        return (goal - self.tcp) * gain
+
+    def _roll_to_cube(self) -> np.ndarray:
+        """Wrist-roll delta that aligns the jaw-closing axis with a face normal of the cube."""
+        jaw = self.tcp_axes[:, :, 1]
+        jaw_yaw = np.arctan2(jaw[:, 1], jaw[:, 0])
+        err = _wrap(self.cube_yaw - jaw_yaw, np.pi / 2)
+        return -err  # the roll axis points down, so a positive roll turns the jaw clockwise seen from above
+
+    def expert_action(self) -> torch.Tensor:
+        """Scripted IK expert's action for every env, in this env's control mode."""
+        dpos, droll, grip = self._expert_command()
+        return torch.as_tensor(self.cartesian_action(dpos, droll, grip), dtype=torch.float32, device=self.device)
+
+    def _expert_command(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+
+class SO101Reach(SO101Env):
+    """Move the gripper's TCP to a random 3-D target (within 2 cm)."""
+
+    task_name = "so101-reach"
+    default_max_episode_steps = 50
+    state_dim = 6 + 6 + 3 + 3 + 3 + 3 + 3
+    success_threshold = 0.02
+
+    @property
+    def instruction(self) -> list[str]:
+        return ["move the gripper to the green marker"] * self.num_envs
+
+    def _reset_task(self, ids: np.ndarray) -> None:
+        n = len(ids)
+        r = self.np_random.uniform(0.12, 0.22, size=n)
+        a = self.np_random.uniform(-0.7, 0.7, size=n)
+        z = self.np_random.uniform(0.03, 0.12, size=n)
+        self._set_target(ids, np.stack([r * np.cos(a), r * np.sin(a), z], 1))
+        for i in ids:  # the cube stays out of the way
+            self.datas[i].qpos[6:9] = (0.0, 0.3, CUBE_HALF)
+
+    def _state_obs(self) -> np.ndarray:
+        return np.concatenate(self._arm_obs() + [self.target, self.target - self.tcp], axis=1)
+
+    def _evaluate(self):
+        dist = np.linalg.norm(self.tcp - self.target, axis=1)
+        success = dist < self.success_threshold
+        dense = 1.0 - np.tanh(10.0 * dist)
+        return dense, success, np.zeros(self.num_envs, dtype=bool)
+
+    def _expert_command(self):
+        n = self.num_envs
+        return self._move_command(self.target, 0.8), np.zeros(n), np.full(n, 0.0)
+
+
+class SO101Push(SO101Env):
+    """Push the cube across the table onto the target marker (within 2.5 cm)."""
+
+    task_name = "so101-push"
+    default_max_episode_steps = 100
+    state_dim = 6 + 6 + 3 + 3 + 3 + 3 + 4 + 3 + 3 + 3
+    success_threshold = 0.025
+    push_distance = 0.07
+
+    def __init__(self, num_envs: int, **kw):
+        self.push_direction = np.zeros((num_envs, 2))
+        super().__init__(num_envs, **kw)
+
+    def _task_state(self) -> dict[str, np.ndarray]:
+        return {**super()._task_state(), "push_direction": self.push_direction}
+
+    def _set_task_state(self, state: dict[str, np.ndarray]) -> None:
+        super()._set_task_state(state)
+        self.push_direction[:] = state["push_direction"]
+
+    @property
+    def instruction(self) -> list[str]:
+        return ["push the red cube onto the green marker"] * self.num_envs
+
+    def _reset_task(self, ids: np.ndarray) -> None:
+        self._place_cube(ids, radius=(0.15, 0.18), angle=(-0.5, 0.5))
+        cube = self.cube_start[ids]
+        base_angle = np.arctan2(cube[:, 1], cube[:, 0])
+        angle = base_angle + self.np_random.uniform(-0.4, 0.4, size=len(ids))
+        target = cube + self.push_distance * np.stack([np.cos(angle), np.sin(angle), np.zeros(len(ids))], 1)
+        target[:, 2] = 0.001
+        self._set_target(ids, target)
+        self.push_direction[ids] = np.stack([np.cos(angle), np.sin(angle)], 1)
+
+    def _state_obs(self) -> np.ndarray:
+        return np.concatenate(
+            self._arm_obs() + [self.cube_pos, self.body_quat[:, 0], self.target, self.cube_pos - self.pusher,
+                               self.target - self.cube_pos], axis=1)
+
+    def _push_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where the pusher goes to push the cube along the episode's fixed push direction."""
+        direction = self.push_direction
+        pose = self.cube_pos.copy()
+        pose[:, :2] -= direction * (CUBE_HALF * np.sqrt(2) + PUSHER_HALF_WIDTH + 0.005)  # clear a yawed cube
+        pose[:, 2] = 0.022
+        return pose, direction
+
+    def _evaluate(self):
+        cube_to_target = np.linalg.norm(self.cube_pos[:, :2] - self.target[:, :2], axis=1)
+        pose, _ = self._push_pose()
+        reach = 1.0 - np.tanh(10.0 * np.linalg.norm(self.pusher - pose, axis=1))
+        place = 1.0 - np.tanh(10.0 * cube_to_target)
+        lost = self._cube_lost()
+        success = (cube_to_target < self.success_threshold) & ~lost
+        dense = (reach + 2.0 * place + 2.0 * success) / 5.0
+        return dense, success, lost
+
+    def _expert_command(self):
+        n = self.num_envs
+        pose, direction = self._push_pose()
+        above = pose.copy()
+        above[:, 2] = 0.06
+        phase = self._expert_phase
+        # 0: above the push pose, jaw face turned toward the push direction; 1: down behind the cube; 2: push
+        jaw = self.tcp_axes[:, :, 1]
+        roll_err = _wrap(np.arctan2(direction[:, 1], direction[:, 0]) - np.arctan2(jaw[:, 1], jaw[:, 0]), np.pi)
+        droll = np.where(phase == 0, -roll_err, 0.0)
+        at_above = (np.linalg.norm(self.pusher - above, axis=1) < 0.012) & (np.abs(roll_err) < 0.1)
+        behind = np.linalg.norm(self.pusher - pose, axis=1) < 0.01
+        phase[(phase == 0) & at_above] = 1
+        phase[(phase == 1) & behind] = 2
+        goal = np.where((phase == 0)[:, None], above, pose)
+        push_goal = self.target.copy()
+        push_goal[:, :2] -= direction * (CUBE_HALF + PUSHER_HALF_WIDTH)
+        push_goal[:, 2] = 0.022
+        goal = np.where((phase == 2)[:, None], push_goal, goal)
+        # the cube slipped sideways off the jaw: go back above the push pose
+        lost = (phase == 2) & (np.linalg.norm(self.pusher[:, :2] - pose[:, :2], axis=1) > 0.03)
+        phase[lost] = 0
+        move = (goal - self.pusher) * 0.8
+        # push gently (<= 1 cm per step) so that the cube slides instead of tipping
+        norm = np.linalg.norm(move, axis=1, keepdims=True)
+        slow = np.where((phase == 2)[:, None], np.minimum(1.0, 0.01 / np.maximum(norm, 1e-9)), 1.0)
+        return move * slow, droll, np.full(n, PUSH_GRIPPER_ACTION)
+
+
+class SO101Lift(SO101Env):
+    """Grasp the cube and lift it at least 5 cm above the table; success is judged with the cube still held up."""
+
+    task_name = "so101-lift"
+    default_max_episode_steps = 100
+    state_dim = 6 + 6 + 3 + 3 + 3 + 3 + 4 + 3
+    lift_height = 0.05
+
+    @property
+    def instruction(self) -> list[str]:
+        return ["pick up the red cube"] * self.num_envs
+
+    def _reset_task(self, ids: np.ndarray) -> None:
+        self._place_cube(ids, radius=(0.13, 0.2), angle=(-0.6, 0.6))
+        self._set_target(ids, np.tile([0.0, 0.3, -0.5], (len(ids), 1)))  # marker unused: below the table
+
+    def _state_obs(self) -> np.ndarray:
+        return np.concatenate(self._arm_obs() + [self.cube_pos, self.body_quat[:, 0], self.cube_pos - self.tcp], axis=1)
+
+    def _evaluate(self):
+        tcp_to_cube = np.linalg.norm(self.tcp - self.cube_pos, axis=1)
+        reach = 1.0 - np.tanh(10.0 * tcp_to_cube)
+        gripper = self.qpos[:, 5]
+        grasped = (tcp_to_cube < 0.02) & (gripper > 0.3) & (gripper < 1.2)
+        height = self.cube_pos[:, 2] - CUBE_HALF
+        lifted = np.clip(height / self.lift_height, 0.0, 1.0)
+        lost = self._cube_lost()
+        held = tcp_to_cube < 0.03
+        success = (height >= self.lift_height) & held & ~lost  # lifted and still in the gripper, not flung
+        dense = (reach + grasped + 2.0 * lifted * held + success) / 5.0
+        return dense, success, lost
+
+    def _expert_command(self):
+        n = self.num_envs
+        phase, timer = self._expert_phase, self._expert_timer
+        above = self.cube_pos + np.array([0.0, 0.0, 0.05])
+        grasp = self.cube_pos + np.array([0.0, 0.0, 0.003])
+        droll = self._roll_to_cube()
+        aligned = np.abs(droll) < 0.05
+        # 0: above the cube, jaw open and aligned; 1: down to it; 2: close; 3: lift and hold
+        phase[(phase == 0) & (np.linalg.norm(self.tcp - above, axis=1) < 0.01) & aligned] = 1
+        phase[(phase == 1) & (np.linalg.norm(self.tcp - grasp, axis=1) < 0.006)] = 2
+        timer[phase == 2] += 1
+        closed = (timer > 3) & (np.abs(self.qvel[:, 5]) < 0.05) | (timer > 20)  # the jaw has stopped on the cube
+        phase[(phase == 2) & closed] = 3
+        goal = np.where((phase == 0)[:, None], above, grasp)
+        lift_goal = np.concatenate([self.cube_start[:, :2], np.full((n, 1), 0.12)], 1)
+        goal = np.where((phase == 3)[:, None], lift_goal, goal)
+        goal = np.where((phase == 2)[:, None], self.tcp, goal)
+        grip = np.where(phase >= 2, -1.0, 0.3)
+        roll = np.where(phase <= 1, droll, 0.0)
+        return self._move_command(goal, 0.8), roll, grip
+
+
+TASKS: dict[str, type[SO101Env]] = {cls.task_name: cls for cls in (SO101Reach, SO101Push, SO101Lift)}

@@ -1,0 +1,107 @@
+"""The VecEnv contract, checked on the native backend and on the gymnasium adapter."""
+
+import numpy as np
+import pytest
+import torch
+
+import rlrobot
+
+CASES = [("so101-reach", {}), ("so101-push", {"control_mode": "joint_delta"}), ("so101-lift", {"control_mode": "joint_pos"}),
+         ("gym:Pendulum-v1", {})]
+
+
+@pytest.fixture(params=CASES, ids=[c[0] + "-" + c[1].get("control_mode", "default") for c in CASES])
+def env(request):
+    task, opts = request.param
+    e = rlrobot.make(task, 4, seed=0, max_episode_steps=7, **opts)
+    yield e
+    e.close()
+
+
+def test_spaces_and_shapes(env):
+    obs, info = env.reset(seed=0)
+    assert set(obs) == set(env.single_observation_space.spaces)
+    for k, v in obs.items():
+        assert v.shape == (env.num_envs, *env.single_observation_space[k].shape)
+        assert v.device == env.device
+    assert env.single_action_space.low.min() == -1.0 and env.single_action_space.high.max() == 1.0
+    action = torch.zeros(env.num_envs, env.single_action_space.shape[0])
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert reward.dtype == torch.float32 and reward.shape == (env.num_envs,)
+    assert terminated.dtype == torch.bool and truncated.dtype == torch.bool
+    assert info["success"].dtype == torch.bool and info["success"].shape == (env.num_envs,)
+    assert obs["state"].dtype == torch.float32
+    assert len(env.instruction) == env.num_envs and all(isinstance(s, str) and s for s in env.instruction)
+
+
+def test_same_step_autoreset_final_obs_and_episode_stats(env):
+    obs, _ = env.reset(seed=1)
+    gen = torch.Generator().manual_seed(0)
+    total = torch.zeros(env.num_envs)
+    finished = 0
+    for t in range(7):
+        action = torch.rand(env.num_envs, env.single_action_space.shape[0], generator=gen) * 2 - 1
+        prev = obs
+        obs, reward, terminated, truncated, info = env.step(action)
+        total += reward
+        done = terminated | truncated
+        if t < 6:
+            assert not truncated.any()
+    # every env hits the 7-step limit at the same step (no early termination for these random actions)
+    assert truncated.all() or done.all()
+    ep = info["episode"]
+    finished = len(ep["env_ids"])
+    assert finished == env.num_envs
+    assert torch.allclose(ep["return"], total, atol=1e-4)
+    assert (ep["length"] == 7).all()
+    assert ep["success"].dtype == torch.bool
+    # the returned obs is the new episode's first obs, final_obs the last obs of the finished one
+    assert not torch.allclose(info["final_obs"]["state"], obs["state"])
+    assert not torch.allclose(info["final_obs"]["state"], prev["state"])
+    # the next step starts counting a new episode
+    obs, reward, *_ , info = env.step(torch.zeros(env.num_envs, env.single_action_space.shape[0]))
+    assert "episode" not in info
+
+
+def test_seeding_is_deterministic(env):
+    def run(seed):
+        obs, _ = env.reset(seed=seed)
+        gen = torch.Generator().manual_seed(3)
+        out = [obs["state"].clone()]
+        for _ in range(10):
+            a = torch.rand(env.num_envs, env.single_action_space.shape[0], generator=gen) * 2 - 1
+            obs, r, *_ = env.step(a)
+            out.append(obs["state"].clone())
+            out.append(r.clone()[:, None].expand(-1, obs["state"].shape[1]))
+        return torch.stack(out)
+
+    a, b, c = run(5), run(5), run(6)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (torch.zeros(3, 5), ValueError),  # wrong batch size
+        (torch.zeros(4, 2), ValueError),  # wrong action dim
+        (torch.zeros(4, 5, dtype=torch.int64), TypeError),
+        (torch.full((4, 5), float("nan")), ValueError),
+        (torch.full((4, 5), float("inf")), ValueError),
+        (np.zeros((4, 5), np.float32), TypeError),
+    ],
+)
+def test_bad_actions_are_rejected(bad, error):
+    env = rlrobot.make("so101-reach", 4, seed=0)
+    env.reset()
+    with pytest.raises(error):
+        env.step(bad)
+    env.close()
+
+
+def test_wrong_device_is_rejected():
+    env = rlrobot.make("so101-reach", 2, seed=0)
+    env.reset()
+    with pytest.raises(ValueError, match="device"):
+        env.step(torch.zeros(2, 5, device="meta"))
+    env.close()

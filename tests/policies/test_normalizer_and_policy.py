@@ -1,0 +1,37 @@
+import torch
+from rlrobot.policies import ActorCritic, ActorCriticConfig, RunningNormalizer
+
+
+def test_running_normalizer_matches_batch_statistics():
+    gen = torch.Generator().manual_seed(0)
+    data = torch.randn(1000, 3, generator=gen) * torch.tensor([1.0, 5.0, 0.1]) + torch.tensor([2.0, -1.0, 0.5])
+    norm = RunningNormalizer(3)
+    for chunk in data.split(137):
+        norm.update(chunk)
+    assert torch.allclose(norm.mean, data.mean(0), atol=1e-4)
+    assert torch.allclose(norm.var, data.var(0, unbiased=False), rtol=1e-3)
+    z = norm(data)
+    assert torch.allclose(z.mean(0), torch.zeros(3), atol=1e-3)
+
+
+def test_normalizer_is_saved_with_the_policy():
+    policy = ActorCritic(4, 2, ActorCriticConfig(actor_hidden=(8,), critic_hidden=(8,)))
+    policy.normalizer.update(torch.randn(50, 4) + 3)
+    state = policy.state_dict()
+    assert "normalizer.mean" in state and "normalizer.var" in state
+    other = ActorCritic(4, 2, ActorCriticConfig(actor_hidden=(8,), critic_hidden=(8,)))
+    other.load_state_dict(state)
+    x = torch.randn(5, 4)
+    assert torch.equal(policy(x), other(x))
+    # the exported forward includes the normaliser and bounds the action
+    scripted = torch.jit.trace(policy, x)
+    assert torch.allclose(scripted(x), policy(x))
+    assert policy(x * 1e3).abs().max() <= 1.0
+
+
+def test_deterministic_action_is_the_mean():
+    policy = ActorCritic(3, 2, ActorCriticConfig(actor_hidden=(8,), critic_hidden=(8,)))
+    obs = {"state": torch.randn(6, 3)}
+    a1 = policy.act(obs, deterministic=True)
+    assert torch.equal(a1, policy.act(obs, deterministic=True))
+    assert not torch.equal(policy.act(obs), policy.act(obs))
