@@ -3,5 +3,5 @@
 from rlrobot.algorithms.ppo import PPOConfig
 from rlrobot.config import TrainConfig
 
-CONFIG = TrainConfig(task="so101-push", algo="ppo", num_envs=256, total_steps=3_600_000,
-                     ppo=PPOConfig(num_steps=24), eval_every=40, eval_episodes=64)
+CONFIG = TrainConfig(task="so101-push", algo="ppo", num_envs=128, total_steps=5_000_000,
+                     ppo=PPOConfig(num_steps=24), eval_every=60, eval_episodes=64)

@@ -3,5 +3,5 @@
 from rlrobot.algorithms.ppo import PPOConfig
 from rlrobot.config import TrainConfig
 
-CONFIG = TrainConfig(task="so101-reach", algo="ppo", num_envs=256, total_steps=450_000,
+CONFIG = TrainConfig(task="so101-reach", algo="ppo", num_envs=128, total_steps=500_000,
                      ppo=PPOConfig(num_steps=24), eval_every=0, eval_episodes=64)

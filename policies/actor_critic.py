@@ -15,8 +15,8 @@ ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
 @dataclass
 class ActorCriticConfig:
-    actor_hidden: tuple[int, ...] = (256, 256, 128)
-    critic_hidden: tuple[int, ...] = (256, 256, 128)
+    actor_hidden: tuple[int, ...] = (256, 128, 64)
+    critic_hidden: tuple[int, ...] = (256, 128, 64)
     activation: str = "elu"
     init_noise_std: float = 1.0
     normalize_obs: bool = True

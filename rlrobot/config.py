@@ -40,7 +40,9 @@ class TrainConfig:
     num_threads: int = 0
     """simulator threads (0 = all cores)"""
     torch_threads: int = 1
-    """torch intra-op threads; 1 avoids contention with the simulator threads on small machines"""
+    """torch intra-op threads during rollouts; 1 avoids contention with the simulator threads on small machines"""
+    update_threads: int = 0
+    """torch intra-op threads during the PPO update, when the simulator is idle (0 = all cores)"""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     policy: ActorCriticConfig = field(default_factory=ActorCriticConfig)
     logger: Literal["tensorboard", "wandb", "none"] = "tensorboard"

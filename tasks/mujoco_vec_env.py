@@ -47,6 +47,7 @@ class MujocoVecEnv:
     jacobian_site: str | None = None
     randomized_geoms: tuple[str, ...] = ()
     randomized_bodies: tuple[str, ...] = ()
+    contact_sensors: tuple[str, ...] = ()  # MJCF contact sensors (data="found") the task reads, e.g. jaw-cube
 
     def __init__(
         self,
@@ -90,6 +91,7 @@ class MujocoVecEnv:
         self.physics_randomization = physics_randomization or PhysicsRandomization()
         self._build_model_bank()
         self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
+        self._views: dict[str, list[np.ndarray]] = {}
         self.model_index = np.zeros(num_envs, dtype=np.int64)
 
         m = self.model
@@ -104,6 +106,8 @@ class MujocoVecEnv:
         self.site_mat = np.zeros((num_envs, len(self._site_ids), 9))
         self.body_pos = np.zeros((num_envs, len(self._body_ids), 3))
         self.body_quat = np.zeros((num_envs, len(self._body_ids), 4))
+        self._contact_adr = np.array([m.sensor_adr[m.sensor(s).id] for s in self.contact_sensors], dtype=np.int64)
+        self.contacts = np.zeros((num_envs, len(self._contact_adr)), dtype=bool)
         self.jacp = np.zeros((num_envs, 3, m.nv))
         self.jacr = np.zeros((num_envs, 3, m.nv))
 
@@ -112,6 +116,7 @@ class MujocoVecEnv:
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         self.success_once = np.zeros(num_envs, dtype=bool)
         self.camera_offsets = np.zeros((num_envs, len(self.cameras), 3))
+        self._cache_views()
 
         self.num_threads = max(1, min(num_threads or default_num_threads(), num_envs))
         bounds = np.linspace(0, num_envs, self.num_threads + 1).astype(int)
@@ -193,10 +198,42 @@ class MujocoVecEnv:
         for i in env_range:
             fn(i)
 
-    def _gather(self, i: int) -> None:
+    def _cache_views(self) -> None:
+        """Numpy views of every MjData's arrays, made once: the batched gather is then a few ``np.stack`` calls."""
+        ds = self.datas
+        self._views = {
+            "qpos": [d.qpos for d in ds], "qvel": [d.qvel for d in ds], "site_xpos": [d.site_xpos for d in ds],
+            "site_xmat": [d.site_xmat for d in ds], "xpos": [d.xpos for d in ds], "xquat": [d.xquat for d in ds],
+            "sensordata": [d.sensordata for d in ds], "ctrl": [d.ctrl for d in ds],
+        }
+        self._jac_rows = [(self.jacp[i], self.jacr[i]) for i in range(self.num_envs)]
+
+    def _kinematics(self, i: int) -> None:
+        """C calls only (no GIL-bound Python work): positions, frames and the TCP Jacobian of env i."""
         m, d = self.models[self.model_index[i]], self.datas[i]
         mujoco.mj_kinematics(m, d)
         mujoco.mj_comPos(m, d)
+        if self._jac_site_id >= 0:
+            jacp, jacr = self._jac_rows[i]
+            mujoco.mj_jacSite(m, d, jacp, jacr, self._jac_site_id)
+
+    def _gather_all(self) -> None:
+        v = self._views
+        np.stack(v["qpos"], out=self.qpos)
+        np.stack(v["qvel"], out=self.qvel)
+        if len(self._site_ids):
+            self.site_pos[:] = np.stack(v["site_xpos"])[:, self._site_ids]
+            self.site_mat[:] = np.stack(v["site_xmat"])[:, self._site_ids]
+        if len(self._body_ids):
+            self.body_pos[:] = np.stack(v["xpos"])[:, self._body_ids]
+            self.body_quat[:] = np.stack(v["xquat"])[:, self._body_ids]
+        if len(self._contact_adr):
+            self.contacts[:] = np.stack(v["sensordata"])[:, self._contact_adr] > 0
+
+    def _gather(self, i: int) -> None:
+        """Single-env gather (resets, restores)."""
+        self._kinematics(i)
+        d = self.datas[i]
         self.qpos[i] = d.qpos
         self.qvel[i] = d.qvel
         if len(self._site_ids):
@@ -205,18 +242,22 @@ class MujocoVecEnv:
         if len(self._body_ids):
             self.body_pos[i] = d.xpos[self._body_ids]
             self.body_quat[i] = d.xquat[self._body_ids]
-        if self._jac_site_id >= 0:
-            mujoco.mj_jacSite(m, d, self.jacp[i], self.jacr[i], self._jac_site_id)
+        if len(self._contact_adr):
+            self.contacts[i] = d.sensordata[self._contact_adr] > 0
 
     def _step_one(self, i: int) -> None:
         m, d = self.models[self.model_index[i]], self.datas[i]
-        d.ctrl[:] = self.ctrl[i]
+        self._views["ctrl"][i][:] = self.ctrl[i]
         mujoco.mj_step(m, d, self.frame_skip)
-        warning = d.warning[mujoco.mjtWarning.mjWARN_BADQACC]
-        if warning.number:  # MuJoCo reset this MjData after a divergence: end the episode rather than hide it
-            self.unstable[i] = True
-            warning.number = 0
-        self._gather(i)
+        self._kinematics(i)
+
+    def _check_divergence(self) -> None:
+        """MuJoCo resets an MjData whose simulation diverged; end that episode rather than hide it."""
+        bad = mujoco.mjtWarning.mjWARN_BADQACC
+        for i, d in enumerate(self.datas):
+            if d.warning[bad].number:
+                self.unstable[i] = True
+                d.warning[bad].number = 0
 
     def _raw_step_one(self, i: int) -> None:
         mujoco.mj_step(self.models[self.model_index[i]], self.datas[i], self.frame_skip)
@@ -261,6 +302,8 @@ class MujocoVecEnv:
         act = action.detach().to("cpu", torch.float64).numpy().clip(-1.0, 1.0)
         self.ctrl[:] = self._actions_to_ctrl(act)
         self._run_parallel(self._step_one)
+        self._gather_all()
+        self._check_divergence()
         self.elapsed_steps += 1
 
         dense, success, terminated = self._evaluate()

@@ -58,6 +58,7 @@ class SO101Env(MujocoVecEnv):
     jacobian_site = "tcp"
     randomized_geoms = ("cube",)
     randomized_bodies = ("cube",)
+    contact_sensors = ("fixed_jaw_cube", "moving_jaw_cube")
     task_name = "so101"
     default_max_episode_steps = 100
 
@@ -338,7 +339,7 @@ class SO101Lift(SO101Env):
 
     task_name = "so101-lift"
     default_max_episode_steps = 100
-    state_dim = 6 + 6 + 3 + 3 + 3 + 3 + 4 + 3
+    state_dim = 6 + 6 + 3 + 3 + 3 + 3 + 4 + 3 + 2
     lift_height = 0.05
 
     @property
@@ -350,19 +351,18 @@ class SO101Lift(SO101Env):
         self._set_target(ids, np.tile([0.0, 0.3, -0.5], (len(ids), 1)))  # marker unused: below the table
 
     def _state_obs(self) -> np.ndarray:
-        return np.concatenate(self._arm_obs() + [self.cube_pos, self.body_quat[:, 0], self.cube_pos - self.tcp], axis=1)
+        return np.concatenate(self._arm_obs() + [self.cube_pos, self.body_quat[:, 0], self.cube_pos - self.tcp,
+                                                 self.contacts], axis=1)
 
     def _evaluate(self):
         tcp_to_cube = np.linalg.norm(self.tcp - self.cube_pos, axis=1)
         reach = 1.0 - np.tanh(10.0 * tcp_to_cube)
-        gripper = self.qpos[:, 5]
-        grasped = (tcp_to_cube < 0.02) & (gripper > 0.3) & (gripper < 1.2)
+        grasped = self.contacts.all(axis=1) & (tcp_to_cube < 0.03)  # both jaws touch the cube
         height = self.cube_pos[:, 2] - CUBE_HALF
         lifted = np.clip(height / self.lift_height, 0.0, 1.0)
         lost = self._cube_lost()
-        held = tcp_to_cube < 0.03
-        success = (height >= self.lift_height) & held & ~lost  # lifted and still in the gripper, not flung
-        dense = (reach + grasped + 2.0 * lifted * held + success) / 5.0
+        success = (height >= self.lift_height) & grasped & ~lost  # lifted and held, not flung
+        dense = (reach + grasped + 2.0 * lifted * grasped + success) / 5.0
         return dense, success, lost
 
     def _expert_command(self):

@@ -71,9 +71,7 @@ def run_bench(args: BenchArgs) -> list[dict]:
 
         def ppo_iteration():
             runner._rollout()
-            runner.algo.update(runner.storage, runner.generator)
-            runner.policy.update_normalizer(runner.storage.obs)
-            runner.storage.clear()
+            runner.update()
 
         ppo_iteration()  # warm up
         start = time.perf_counter()

@@ -138,9 +138,7 @@ class OnPolicyRunner:
                     start = time.perf_counter()
                     rollout_stats = self._rollout()
                     rollout_time = time.perf_counter() - start
-                    update_stats = self.algo.update(self.storage, self.generator)
-                    self.policy.update_normalizer(self.storage.obs)
-                    self.storage.clear()
+                    update_stats = self.update()
                     self.iteration += 1
                     self.env_steps += per_iteration
                     elapsed = time.perf_counter() - start
@@ -185,6 +183,19 @@ class OnPolicyRunner:
         (self.out / "eval.json").write_text(json.dumps(eval_result, indent=2))
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
+
+    def update(self) -> dict[str, float]:
+        """PPO update with all cores for torch (the simulator threads are idle now), then back to rollout threads."""
+        from rlrobot.tasks.mujoco_vec_env import default_num_threads
+
+        torch.set_num_threads(self.cfg.update_threads or default_num_threads())
+        try:
+            stats = self.algo.update(self.storage, self.generator)
+            self.policy.update_normalizer(self.storage.obs)
+        finally:
+            torch.set_num_threads(self.cfg.torch_threads)
+        self.storage.clear()
+        return stats
 
     def _rollout(self) -> dict[str, float]:
         cfg, env, policy, algo = self.cfg, self.env, self.policy, self.algo
