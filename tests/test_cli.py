@@ -65,3 +65,26 @@ def test_list_tasks():
     p = rlrobot("list-tasks")
     for task in ("so101-reach", "so101-push", "so101-lift"):
         assert task in p.stdout
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
+    """SIGKILL mid-training loses at most the work since the last checkpoint; --resume finishes the run."""
+    import signal
+    import time
+
+    out = tmp_path / "killed"
+    env = {**os.environ, "MUJOCO_GL": "egl"}
+    proc = subprocess.Popen([sys.executable, "-m", "rlrobot", "train", "--total-steps", "20000", "--out", str(out),
+                             "--eval-every", "0", *SMALL], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (out / "checkpoints" / "iter_000003").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    ckpt = (out / "checkpoints" / "latest").read_text().strip()
+    done_before = int(ckpt.split("_")[1])
+    assert done_before >= 3
+    rlrobot("train", "--resume", "--out", str(out), "--total-steps", str(8 * 8 * (done_before + 2)))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env_steps"] == 8 * 8 * (done_before + 2)

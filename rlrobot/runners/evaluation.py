@@ -9,21 +9,20 @@ import numpy as np
 import torch
 
 from rlrobot.envs.vec_env import VecEnv
+from rlrobot.envs.wrappers import VideoRecorder
 
 
 @torch.inference_mode()
 def evaluate(policy, env: VecEnv, episodes: int, seed: int = 10_000, video_path: Path | None = None,
              video_episodes: int = 2, deterministic: bool = True) -> dict[str, Any]:
     """Run until ``episodes`` episodes have finished (the first ones finished, across envs)."""
+    recorder = VideoRecorder(env, 0, video_episodes) if video_path is not None and hasattr(env, "render") else None
+    if recorder is not None:
+        env = recorder
     obs, _ = env.reset(seed=seed)
     returns: list[float] = []
     lengths: list[int] = []
     success: list[bool] = []
-    frames: list[np.ndarray] = []
-    env0_done = 0
-    record = video_path is not None and hasattr(env, "render")
-    if record:
-        frames.append(env.render(0))
     max_iters = episodes * env.max_episode_steps + env.max_episode_steps  # bounded even if envs never finish
     for _ in range(max_iters):
         action = policy.act(obs, deterministic=deterministic)
@@ -33,9 +32,6 @@ def evaluate(policy, env: VecEnv, episodes: int, seed: int = 10_000, video_path:
             returns += ep["return"].tolist()
             lengths += ep["length"].tolist()
             success += ep["success"].bool().tolist()
-            env0_done += int((ep["env_ids"] == 0).sum())
-        if record and env0_done < video_episodes:
-            frames.append(env.render(0))
         if len(returns) >= episodes:
             break
     returns, lengths, success = returns[:episodes], lengths[:episodes], success[:episodes]
@@ -46,8 +42,6 @@ def evaluate(policy, env: VecEnv, episodes: int, seed: int = 10_000, video_path:
         "return_std": float(np.std(returns)) if returns else 0.0,
         "length_mean": float(np.mean(lengths)) if lengths else 0.0,
     }
-    if record and frames:
-        from rlrobot.logging.video import write_video
-
-        result["video"] = str(write_video(frames, video_path, fps=int(round(1.0 / getattr(env, "control_dt", 0.04)))))
+    if recorder is not None:
+        result["video"] = str(recorder.save(video_path))
     return result
