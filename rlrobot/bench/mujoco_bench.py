@@ -57,7 +57,7 @@ def run_bench(args: BenchArgs) -> list[dict]:
         actions = [torch.rand(n, env.action_dim, generator=gen) * 2 - 1 for _ in range(8)]
         k = [0]
 
-        def step():
+        def step(env=env, actions=actions, k=k):
             env.step(actions[k[0] % 8])
             k[0] += 1
 
@@ -69,7 +69,7 @@ def run_bench(args: BenchArgs) -> list[dict]:
         runner = OnPolicyRunner(cfg)
         runner.obs, _ = runner.env.reset(seed=0)
 
-        def ppo_iteration():
+        def ppo_iteration(runner=runner):
             runner._rollout()
             runner.update()
 

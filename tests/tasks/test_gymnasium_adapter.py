@@ -10,7 +10,7 @@ def test_pendulum_actions_are_rescaled_and_autoreset(mode):
     env = rlrobot.make("gym:Pendulum-v1", 2, seed=0, vectorization_mode=mode)
     obs, _ = env.reset(seed=0)
     assert obs["state"].shape == (2, 3)
-    for t in range(200):
+    for _ in range(200):
         obs, reward, term, trunc, info = env.step(torch.ones(2, 1))
     assert trunc.all() and not term.any()
     assert info["episode"]["length"].tolist() == [200, 200]

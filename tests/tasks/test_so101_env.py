@@ -66,7 +66,7 @@ def test_state_save_restore_continues_identically():
     env2 = rlrobot.make("so101-lift", 4, seed=99, max_episode_steps=12)
     env2.set_state(state)
     out = [env2.step(a)[0]["state"].clone() for a in actions]  # crosses an autoreset at step 12
-    for a, b in zip(ref, out):
+    for a, b in zip(ref, out, strict=True):
         assert torch.equal(a, b)
     env.close()
     env2.close()
