@@ -3,6 +3,8 @@
 (a) raw: ``mj_step`` x frame_skip on every MjData through the same thread pool, nothing else;
 (b) VecEnv: ``env.step`` with random actions (action mapping, IK, gather, rewards, observations, autoreset);
 (c) PPO: full training iterations (rollout with policy inference + update).
+For reference it also times ``mujoco.rollout`` on the same batch (physics only, state arrays in and out): the
+thread pool is kept because the tasks need per-env kinematics and Jacobians that rollout does not return.
 All in env steps per second (one env step = one control step = frame_skip physics steps).
 """
 
@@ -41,6 +43,28 @@ def _rate(fn, num_envs: int, seconds: float) -> float:
     return steps * num_envs / (time.perf_counter() - start)
 
 
+def rollout_rate(env, seconds: float) -> float:
+    """Physics-only env steps/s of ``mujoco.rollout`` (C threads, state arrays in and out), for comparison with (a)."""
+    import mujoco
+    import numpy as np
+    from mujoco import rollout
+
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    state = np.zeros((env.num_envs, mujoco.mj_stateSize(env.model, spec)))
+    for i, d in enumerate(env.datas):
+        mujoco.mj_getState(env.models[env.model_index[i]], d, state[i], spec)
+    control = np.repeat(env.ctrl[:, None, :], env.frame_skip, axis=1)
+    models = [env.models[j] for j in env.model_index]
+    scratch = [mujoco.MjData(env.model) for _ in range(env.num_threads)]
+    with rollout.Rollout(nthread=env.num_threads) as r:
+        def step():
+            nonlocal state
+            out, _ = r.rollout(models, scratch, state, control, nstep=env.frame_skip)
+            state = out[:, -1].copy()
+
+        return _rate(step, env.num_envs, seconds)
+
+
 def run_bench(args: BenchArgs) -> list[dict]:
     import rlrobot
     from rlrobot.config import TrainConfig
@@ -52,6 +76,7 @@ def run_bench(args: BenchArgs) -> list[dict]:
         env = rlrobot.make(args.task, n, seed=0, control_mode=args.control_mode, num_threads=args.num_threads or None)
         env.reset(seed=0)
         raw = _rate(env.raw_step, n, args.seconds)
+        via_rollout = rollout_rate(env, args.seconds)
         env.reset(seed=0)
         gen = torch.Generator().manual_seed(0)
         actions = [torch.rand(n, env.action_dim, generator=gen) * 2 - 1 for _ in range(8)]
@@ -79,14 +104,16 @@ def run_bench(args: BenchArgs) -> list[dict]:
             ppo_iteration()
         ppo = args.ppo_iterations * n * cfg.ppo.num_steps / (time.perf_counter() - start)
         runner.env.close()
-        rows.append({"num_envs": n, "raw_steps_per_s": raw, "vecenv_steps_per_s": vec, "ppo_steps_per_s": ppo,
+        rows.append({"num_envs": n, "raw_steps_per_s": raw, "rollout_steps_per_s": via_rollout,
+                     "vecenv_steps_per_s": vec, "ppo_steps_per_s": ppo,
                      "b_over_a": vec / raw, "c_over_a": ppo / raw})
 
     table = Table(title=f"rlrobot bench: {args.task} ({args.control_mode}), env steps/s")
-    for col in ("num_envs", "(a) raw mj_step", "(b) VecEnv", "(c) PPO train", "b/a", "c/a"):
+    for col in ("num_envs", "(a) raw mj_step", "mujoco.rollout", "(b) VecEnv", "(c) PPO train", "b/a", "c/a"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(str(r["num_envs"]), f"{r['raw_steps_per_s']:,.0f}", f"{r['vecenv_steps_per_s']:,.0f}",
+        table.add_row(str(r["num_envs"]), f"{r['raw_steps_per_s']:,.0f}", f"{r['rollout_steps_per_s']:,.0f}",
+                      f"{r['vecenv_steps_per_s']:,.0f}",
                       f"{r['ppo_steps_per_s']:,.0f}", f"{r['b_over_a']:.2f}", f"{r['c_over_a']:.2f}")
     console.print(table)
     if args.json_out:
