@@ -362,10 +362,10 @@ class SO101Lift(SO101Env):
         lifted = np.clip(height / self.lift_height, 0.0, 1.0)
         lost = self._cube_lost()
         success = (height >= self.lift_height) & grasped & ~lost  # lifted and held, not flung
-        # the revolute jaw blocks the cube when closed: reward an open jaw on the way in (not once at the cube),
-        # else "hover closed just above the cube" is a local optimum of the reach term
+        # the revolute jaw blocks the cube when closed: reward an open jaw until the cube is grasped, else "hover
+        # closed just above the cube" is a local optimum of the reach term; grasping (+1) outweighs the open bonus
         gripper_open = np.clip((self.qpos[:, 5] - 0.3) / 0.7, 0.0, 1.0)
-        approach = 0.5 * gripper_open * (tcp_to_cube > 0.015) * ~grasped
+        approach = 0.5 * gripper_open * ~grasped
         dense = (reach + approach + grasped + 2.0 * lifted * grasped + success) / 5.5
         return dense, success, lost
 
