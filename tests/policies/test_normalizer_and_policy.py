@@ -24,8 +24,8 @@ def test_normalizer_is_saved_with_the_policy():
     x = torch.randn(5, 4)
     assert torch.equal(policy(x), other(x))
     # the exported forward includes the normaliser and bounds the action
-    scripted = torch.jit.trace(policy, x)
-    assert torch.allclose(scripted(x), policy(x))
+    exported = torch.export.export(policy, (x,)).module()
+    assert torch.allclose(exported(x), policy(x))
     assert policy(x * 1e3).abs().max() <= 1.0
 
 
