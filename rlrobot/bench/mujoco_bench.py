@@ -18,7 +18,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+console = Console(width=max(Console().width, 110))
 
 
 @dataclass
@@ -109,7 +109,7 @@ def run_bench(args: BenchArgs) -> list[dict]:
                      "b_over_a": vec / raw, "c_over_a": ppo / raw})
 
     table = Table(title=f"rlrobot bench: {args.task} ({args.control_mode}), env steps/s")
-    for col in ("num_envs", "(a) raw mj_step", "mujoco.rollout", "(b) VecEnv", "(c) PPO train", "b/a", "c/a"):
+    for col in ("num_envs", "(a) raw mj_step", "(a') mujoco.rollout", "(b) VecEnv", "(c) PPO train", "b/a", "c/a"):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(str(r["num_envs"]), f"{r['raw_steps_per_s']:,.0f}", f"{r['rollout_steps_per_s']:,.0f}",
