@@ -6,14 +6,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rlrobot.algorithms import ALGORITHMS
 from rlrobot.algorithms.ppo import PPOConfig
 from rlrobot.envs.registry import BACKENDS, validate_task_id
 from rlrobot.policies.actor_critic import ActorCriticConfig
-
-ALGOS = ("ppo",)
-OBS_MODES = ("state", "rgb", "state+rgb")
-REWARD_MODES = ("dense", "sparse")
-CONTROL_MODES = ("joint_pos", "joint_delta", "ee_delta")
+from rlrobot.tasks.mujoco_vec_env import OBS_MODES, REWARD_MODES
+from rlrobot.tasks.so101 import CONTROL_MODES
 
 
 @dataclass
@@ -75,8 +73,8 @@ class TrainConfig:
     def validate(self) -> None:
         """Every bad value is reported with the field name and the allowed values, before any compute."""
         validate_task_id(self.task)
-        if self.algo not in ALGOS:
-            raise ValueError(f"algo={self.algo!r} is not one of {ALGOS}")
+        if self.algo not in ALGORITHMS:
+            raise ValueError(f"algo={self.algo!r} is not one of {ALGORITHMS}")
         if self.backend is not None and self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}")
         if ":" not in self.task:

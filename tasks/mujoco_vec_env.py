@@ -21,7 +21,7 @@ import torch
 from rlrobot.envs.vec_env import Obs, check_action, episode_info
 
 OBS_MODES = ("state", "rgb", "state+rgb")
-REWARD_MODES = ("dense", "sparse")
+REWARD_MODES = ("dense", "sparse")  # the one list of each; rlrobot.config validates against these
 
 
 @dataclass
@@ -180,11 +180,7 @@ class MujocoVecEnv:
             self.models.append(m)
 
     # ---------------------------------------------------------------- batched physics
-    def _run_parallel(self, fn, env_ids: np.ndarray | None = None) -> None:
-        if env_ids is not None:
-            for i in env_ids:
-                fn(int(i))
-            return
+    def _run_parallel(self, fn) -> None:
         if self._pool is None:
             for i in range(self.num_envs):
                 fn(i)
@@ -230,21 +226,6 @@ class MujocoVecEnv:
         if len(self._contact_adr):
             self.contacts[:] = np.stack(v["sensordata"])[:, self._contact_adr] > 0
 
-    def _gather(self, i: int) -> None:
-        """Single-env gather (resets, restores)."""
-        self._kinematics(i)
-        d = self.datas[i]
-        self.qpos[i] = d.qpos
-        self.qvel[i] = d.qvel
-        if len(self._site_ids):
-            self.site_pos[i] = d.site_xpos[self._site_ids]
-            self.site_mat[i] = d.site_xmat[self._site_ids]
-        if len(self._body_ids):
-            self.body_pos[i] = d.xpos[self._body_ids]
-            self.body_quat[i] = d.xquat[self._body_ids]
-        if len(self._contact_adr):
-            self.contacts[i] = d.sensordata[self._contact_adr] > 0
-
     def _step_one(self, i: int) -> None:
         m, d = self.models[self.model_index[i]], self.datas[i]
         self._views["ctrl"][i][:] = self.ctrl[i]
@@ -288,9 +269,9 @@ class MujocoVecEnv:
             )
         self._reset_envs(ids)
         for i in ids:
-            m, d = self.models[self.model_index[i]], self.datas[i]
-            mujoco.mj_forward(m, d)
-            self._gather(int(i))
+            mujoco.mj_forward(self.models[self.model_index[i]], self.datas[i])
+            self._kinematics(int(i))
+        self._gather_all()
         self.elapsed_steps[ids] = 0
         self.episode_return[ids] = 0.0
         self.success_once[ids] = False
@@ -398,7 +379,8 @@ class MujocoVecEnv:
             mujoco.mj_setState(self.models[self.model_index[i]], d, np.asarray(arrays["physics"][i], np.float64), spec)
             self.ctrl[i] = d.ctrl
             mujoco.mj_forward(self.models[self.model_index[i]], d)
-            self._gather(i)
+            self._kinematics(i)
+        self._gather_all()
         self.elapsed_steps[:] = arrays["elapsed_steps"]
         self.episode_return[:] = arrays["episode_return"]
         self.success_once[:] = arrays["success_once"]

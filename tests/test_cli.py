@@ -74,11 +74,16 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
 
     out = tmp_path / "killed"
     env = {**os.environ, "MUJOCO_GL": "egl"}
-    proc = subprocess.Popen([sys.executable, "-m", "rlrobot", "train", "--total-steps", "20000", "--out", str(out),
+    proc = subprocess.Popen([sys.executable, "-m", "rlrobot", "train", "--total-steps", "2000000", "--out", str(out),
                              "--eval-every", "0", *SMALL], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest = out / "checkpoints" / "latest"
+
+    def checkpoints_done() -> int:  # only the newest 3 checkpoints are kept, so read the pointer, not a name
+        return int(latest.read_text().split("_")[1]) if latest.exists() else 0
+
     deadline = time.time() + 120
-    while not (out / "checkpoints" / "iter_000003").exists() and time.time() < deadline:
-        time.sleep(0.2)
+    while checkpoints_done() < 3 and time.time() < deadline:
+        time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL

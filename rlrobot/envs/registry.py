@@ -77,7 +77,7 @@ def describe_task(task_id: str) -> dict[str, Any]:
             "observation": {k: tuple(v.shape) for k, v in env.single_observation_space.spaces.items()},
             "action": tuple(env.single_action_space.shape),
             "max_episode_steps": env.max_episode_steps,
-            "instruction": getattr(env, "instruction", [""])[0] if hasattr(env, "instruction") else "",
+            "instruction": env.instruction[0],
         }
     finally:
         env.close()
