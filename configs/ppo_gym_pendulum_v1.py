@@ -1,9 +1,8 @@
 """PPO on gymnasium's Pendulum-v1 through the gymnasium adapter."""
 
-from rlrobot.policies.actor_critic import ActorCriticConfig
-
 from rlrobot.algorithms.ppo import PPOConfig
 from rlrobot.config import TrainConfig
+from rlrobot.policies.actor_critic import ActorCriticConfig
 
 CONFIG = TrainConfig(task="gym:Pendulum-v1", algo="ppo", num_envs=16, total_steps=200_000,
                      ppo=PPOConfig(num_steps=200, lr=1e-3, gamma=0.95, entropy_coef=0.0, num_minibatches=8),

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from rlrobot.algorithms import ALGORITHMS
 from rlrobot.algorithms.ppo import PPOConfig
+from rlrobot.algorithms.sac import SACConfig
 from rlrobot.envs.registry import BACKENDS, validate_task_id
 from rlrobot.policies.actor_critic import ActorCriticConfig
 from rlrobot.tasks.mujoco_vec_env import OBS_MODES, REWARD_MODES
@@ -19,7 +20,7 @@ class TrainConfig:
     task: str = "so101-reach"
     """task id: a native task (so101-reach, so101-push, so101-lift) or a prefixed one (gym:Pendulum-v1)"""
     algo: str = "ppo"
-    """learning algorithm: ppo"""
+    """learning algorithm: ppo | sac"""
     num_envs: int = 256
     total_steps: int = 1_000_000
     """environment steps to train for (summed over envs)"""
@@ -40,8 +41,11 @@ class TrainConfig:
     torch_threads: int = 1
     """torch intra-op threads during rollouts; 1 avoids contention with the simulator threads on small machines"""
     update_threads: int = 0
-    """torch intra-op threads during the PPO update, when the simulator is idle (0 = all cores)"""
+    """torch intra-op threads during PPO / SAC updates, when the simulator is idle (0 = all cores)"""
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    sac: SACConfig = field(default_factory=SACConfig)
+    save_replay: bool = False
+    """(sac) write the replay buffer with each checkpoint so that --resume continues without a cold buffer"""
     policy: ActorCriticConfig = field(default_factory=ActorCriticConfig)
     logger: Literal["tensorboard", "wandb", "none"] = "tensorboard"
     wandb_project: str = "rlrobot"
@@ -87,13 +91,21 @@ class TrainConfig:
                                  "policy.obs_key='state': use obs_mode='state' or 'state+rgb'")
         if self.num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {self.num_envs}")
-        per_iteration = self.num_envs * self.ppo.num_steps
-        if self.total_steps < per_iteration:
-            raise ValueError(f"total_steps={self.total_steps} is less than one rollout (num_envs x ppo.num_steps = "
-                             f"{self.num_envs} x {self.ppo.num_steps} = {per_iteration})")
-        if per_iteration % self.ppo.num_minibatches:
-            raise ValueError(f"num_envs x ppo.num_steps = {per_iteration} must be divisible by "
-                             f"ppo.num_minibatches={self.ppo.num_minibatches}")
+        if self.algo == "ppo":
+            per_iteration = self.num_envs * self.ppo.num_steps
+            if self.total_steps < per_iteration:
+                raise ValueError(f"total_steps={self.total_steps} is less than one rollout (num_envs x ppo.num_steps = "
+                                 f"{self.num_envs} x {self.ppo.num_steps} = {per_iteration})")
+            if per_iteration % self.ppo.num_minibatches:
+                raise ValueError(f"num_envs x ppo.num_steps = {per_iteration} must be divisible by "
+                                 f"ppo.num_minibatches={self.ppo.num_minibatches}")
+        else:
+            self.sac.validate(self.num_envs)
+            per_iteration = self.num_envs * self.sac.steps_per_iteration
+            if self.total_steps < per_iteration:
+                raise ValueError(f"total_steps={self.total_steps} is less than one iteration (num_envs x "
+                                 f"sac.steps_per_iteration = {self.num_envs} x {self.sac.steps_per_iteration} = "
+                                 f"{per_iteration})")
         if self.eval_episodes < 1 or self.eval_envs < 1:
             raise ValueError("eval_episodes and eval_envs must be >= 1")
         if self.torch_threads < 1:
@@ -109,7 +121,8 @@ class TrainConfig:
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         d = dict(d)
         ppo = PPOConfig(**d.pop("ppo"))
+        sac = SACConfig(**d.pop("sac", {}))  # runs from before SAC existed have no "sac" section
         pol = d.pop("policy")
         pol = {k: tuple(v) if isinstance(v, list) else v for k, v in pol.items()}
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(ppo=ppo, policy=ActorCriticConfig(**pol), **{k: v for k, v in d.items() if k in known})
+        return cls(ppo=ppo, sac=sac, policy=ActorCriticConfig(**pol), **{k: v for k, v in d.items() if k in known})

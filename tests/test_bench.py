@@ -1,10 +1,17 @@
+import json
+
 from rlrobot.bench.mujoco_bench import BenchArgs, run_bench
 
 
 def test_bench_reports_all_columns(tmp_path):
-    rows = run_bench(BenchArgs(num_envs=(8,), seconds=0.2, ppo_iterations=1, json_out=str(tmp_path / "b.json")))
-    (row,) = rows
+    result = run_bench(BenchArgs(num_envs=(8,), seconds=0.2, ppo_iterations=1, sac_seconds=0.5,
+                                 json_out=str(tmp_path / "b.json")))
+    (row,) = result["ppo"]
     for key in ("raw_steps_per_s", "rollout_steps_per_s", "vecenv_steps_per_s", "ppo_steps_per_s"):
         assert row[key] > 0
     assert abs(row["b_over_a"] - row["vecenv_steps_per_s"] / row["raw_steps_per_s"]) < 1e-9
-    assert (tmp_path / "b.json").is_file()
+    sac = result["sac"]
+    assert sac["sac_updates_per_s"] > 0 and sac["sac_env_steps_per_s"] > 0 and sac["collect_steps_per_s"] > 0
+    # at UTD u, updates per env step over the timed window is u (fractions carry over between iterations)
+    assert abs(sac["sac_updates_per_s"] / sac["sac_env_steps_per_s"] - sac["utd"]) < 0.05 * sac["utd"] + 1e-9
+    assert json.loads((tmp_path / "b.json").read_text())["sac"]["num_envs"] == sac["num_envs"]

@@ -53,12 +53,35 @@ def test_train_resume_eval_round_trip(tmp_path):
     (["--backend", "bullet"], "backend"),
     (["--num-envs", "0"], "num_envs"),
     (["--total-steps", "10"], "less than one rollout"),
+    (["--algo", "sac", "--sac.utd", "0"], "sac.utd must be > 0"),
+    (["--algo", "sac", "--sac.batch-size", "100000"], "larger than the replay contents at learning start"),
+    (["--algo", "sac", "--sac.buffer-size", "8"], "smaller than num_envs"),
+    (["--algo", "sac", "--sac.actor-q", "max"], "actor_q"),
 ])
 def test_bad_input_is_rejected_before_compute(tmp_path, args, message):
     p = rlrobot("train", "--out", str(tmp_path / "x"), *args, check=False)
     assert p.returncode != 0
     assert message in p.stdout + p.stderr
     assert not (tmp_path / "x").exists()  # nothing ran
+
+
+SAC_SMALL = ["--num-envs", "4", "--sac.steps-per-iteration", "4", "--sac.learning-starts", "32", "--sac.batch-size", "16",
+             "--policy.actor-hidden", "16", "--policy.critic-hidden", "16", "--eval-envs", "4", "--eval-episodes", "4",
+             "--logger", "none", "--checkpoint-every", "2", "--no-video"]
+
+
+def test_sac_train_resume_eval_round_trip(tmp_path):
+    out = tmp_path / "sac"
+    rlrobot("train", "--task", "so101-reach", "--algo", "sac", "--total-steps", "64", "--save-replay", "--out", str(out),
+            *SAC_SMALL)
+    ckpt = out / "checkpoints" / "iter_000004"
+    assert (ckpt / "model.safetensors").is_file() and (ckpt / "replay.safetensors").is_file()
+    assert json.loads((ckpt / "config.json").read_text())["policy_class"] == "SACPolicy"
+    p = rlrobot("train", "--resume", "--out", str(out), "--total-steps", "96")
+    assert "replay buffer restored: 64 transitions" in p.stdout
+    assert json.loads((out / "summary.json").read_text())["env_steps"] == 96
+    rlrobot("eval", "--checkpoint", str(out), "--episodes", "4", "--num-envs", "4", "--no-video", "--out", str(tmp_path / "ev"))
+    assert json.loads((tmp_path / "ev" / "eval.json").read_text())["episodes"] == 4
 
 
 def test_list_tasks():

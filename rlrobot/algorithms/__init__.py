@@ -1,5 +1,6 @@
 from .ppo import PPO, PPOConfig
+from .sac import SAC, SACConfig
 
-ALGORITHMS = ("ppo",)
+ALGORITHMS = ("ppo", "sac")
 
-__all__ = ["ALGORITHMS", "PPO", "PPOConfig"]
+__all__ = ["ALGORITHMS", "PPO", "PPOConfig", "SAC", "SACConfig"]

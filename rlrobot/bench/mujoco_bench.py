@@ -3,6 +3,8 @@
 (a) raw: ``mj_step`` x frame_skip on every MjData through the same thread pool, nothing else;
 (b) VecEnv: ``env.step`` with random actions (action mapping, IK, gather, rewards, observations, autoreset);
 (c) PPO: full training iterations (rollout with policy inference + update).
+(d) SAC at the task's SAC preset (its num_envs, UTD and batch): gradient updates/s and training env steps/s with a
+    warm replay buffer, against collection alone (no updates) and (a) measured at the same num_envs.
 For reference it also times ``mujoco.rollout`` on the same batch (physics only, state arrays in and out): the
 thread pool is kept because the tasks need per-env kinematics and Jacobians that rollout does not return.
 All in env steps per second (one env step = one control step = frame_skip physics steps).
@@ -31,6 +33,9 @@ class BenchArgs:
     num_threads: int = 0
     torch_threads: int = 1
     control_mode: str = "ee_delta"
+    sac: bool = True
+    """also time SAC training at the task's SAC preset (UTD, batch, num_envs)"""
+    sac_seconds: float = 5.0
     json_out: str | None = None
 
 
@@ -65,7 +70,7 @@ def rollout_rate(env, seconds: float) -> float:
         return _rate(step, env.num_envs, seconds)
 
 
-def run_bench(args: BenchArgs) -> list[dict]:
+def run_bench(args: BenchArgs) -> dict:
     import rlrobot
     from rlrobot.config import TrainConfig
     from rlrobot.runners.on_policy import OnPolicyRunner
@@ -116,7 +121,58 @@ def run_bench(args: BenchArgs) -> list[dict]:
                       f"{r['vecenv_steps_per_s']:,.0f}",
                       f"{r['ppo_steps_per_s']:,.0f}", f"{r['b_over_a']:.2f}", f"{r['c_over_a']:.2f}")
     console.print(table)
+    result: dict = {"ppo": rows}
+    if args.sac:
+        result["sac"] = sac_bench(args)
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump(rows, f, indent=2)
-    return rows
+            json.dump(result, f, indent=2)
+    return result
+
+
+def sac_bench(args: BenchArgs) -> dict:
+    """SAC throughput at the preset's UTD: updates dominate on a CPU, so report both rates and the cost ratio."""
+    import rlrobot
+    from rlrobot.configs import preset
+    from rlrobot.runners.off_policy import OffPolicyRunner
+
+    cfg = preset(args.task, "sac")
+    cfg.algo, cfg.logger, cfg.out, cfg.total_steps = "sac", "none", "/tmp/rlrobot-bench-sac", 10**9
+    cfg.control_mode, cfg.num_threads, cfg.torch_threads = args.control_mode, args.num_threads, args.torch_threads
+    n = cfg.num_envs
+    env = rlrobot.make(cfg.task, n, seed=0, control_mode=args.control_mode, num_threads=args.num_threads or None)
+    env.reset(seed=0)
+    raw = _rate(env.raw_step, n, min(args.seconds, args.sac_seconds))
+    env.close()
+    runner = OffPolicyRunner(cfg)
+    runner.obs, _ = runner.env.reset(seed=0)
+    per_iteration = runner.steps_per_iteration
+    while len(runner.replay) < cfg.sac.learning_starts:  # warm buffer, random actions, no timing
+        runner._collect()
+        runner.env_steps += per_iteration
+    runner.train_iteration()  # warm up
+
+    def timed(fn) -> tuple[float, int]:
+        start, iterations = time.perf_counter(), 0
+        while time.perf_counter() - start < args.sac_seconds:
+            fn()
+            iterations += 1
+        return time.perf_counter() - start, iterations
+
+    updates_before = runner.num_updates
+    elapsed, iterations = timed(runner.train_iteration)
+    updates = runner.num_updates - updates_before
+    collect_elapsed, collect_iterations = timed(runner._collect)
+    runner.env.close()
+    row = {"num_envs": n, "utd": cfg.sac.utd, "batch_size": cfg.sac.batch_size, "raw_steps_per_s": raw,
+           "sac_updates_per_s": updates / elapsed, "sac_env_steps_per_s": iterations * per_iteration / elapsed,
+           "collect_steps_per_s": collect_iterations * per_iteration / collect_elapsed}
+    row["train_over_collect"] = row["sac_env_steps_per_s"] / row["collect_steps_per_s"]
+    row["train_over_raw"] = row["sac_env_steps_per_s"] / raw
+    table = Table(title=f"SAC at the {args.task} preset (num_envs {n}, UTD {cfg.sac.utd}, batch {cfg.sac.batch_size})")
+    for col in ("(a) raw mj_step", "collect only", "(d) SAC train env steps/s", "SAC updates/s", "d/collect", "d/a"):
+        table.add_column(col, justify="right")
+    table.add_row(f"{raw:,.0f}", f"{row['collect_steps_per_s']:,.0f}", f"{row['sac_env_steps_per_s']:,.0f}",
+                  f"{row['sac_updates_per_s']:,.0f}", f"{row['train_over_collect']:.3f}", f"{row['train_over_raw']:.3f}")
+    console.print(table)
+    return row

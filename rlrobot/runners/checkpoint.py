@@ -4,8 +4,9 @@ Layout of one checkpoint directory::
 
     model.safetensors   policy weights (observation normaliser included)
     config.json         the run's config, the policy class, the spaces it was trained on
-    trainer.safetensors optimizer, RNG and env state (only needed to resume)
+    trainer.safetensors optimizer(s), RNG and env state (only needed to resume)
     trainer.json        iteration, env steps, learning rate, RNG states that are not tensors
+    replay.safetensors  (off-policy runs with --save-replay) the replay buffer, so a resume starts warm
 
 A directory is complete or absent: it is written under a temporary name and renamed, then ``latest`` (a text
 file) is replaced atomically to point at it.
@@ -27,24 +28,24 @@ from safetensors.torch import load_file, save_file
 LATEST = "latest"
 
 
-def _flatten_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _flatten_optimizer(state: dict[str, Any], prefix: str = "optim") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     tensors: dict[str, torch.Tensor] = {}
     meta: dict[str, Any] = {"param_groups": state["param_groups"], "state": {}}
     for pid, pstate in state["state"].items():
         meta["state"][str(pid)] = {}
         for k, v in pstate.items():
             if isinstance(v, torch.Tensor):
-                tensors[f"optim.{pid}.{k}"] = v.contiguous()
+                tensors[f"{prefix}.{pid}.{k}"] = v.contiguous()
                 meta["state"][str(pid)][k] = "tensor"
             else:
                 meta["state"][str(pid)][k] = v
     return tensors, meta
 
 
-def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any], prefix: str = "optim") -> dict[str, Any]:
     state: dict[int, dict[str, Any]] = {}
     for pid, pstate in meta["state"].items():
-        state[int(pid)] = {k: (tensors[f"optim.{pid}.{k}"] if v == "tensor" else v) for k, v in pstate.items()}
+        state[int(pid)] = {k: (tensors[f"{prefix}.{pid}.{k}"] if v == "tensor" else v) for k, v in pstate.items()}
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
@@ -55,9 +56,12 @@ def save_checkpoint(
     config: dict[str, Any],
     trainer_tensors: dict[str, torch.Tensor] | None = None,
     trainer_meta: dict[str, Any] | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
+    optimizer: torch.optim.Optimizer | dict[str, torch.optim.Optimizer] | None = None,
     keep: int = 3,
+    extra_files: dict[str, dict[str, torch.Tensor]] | None = None,
 ) -> Path:
+    """Write ``root/name`` atomically. ``optimizer`` is one optimizer or a dict of named ones (SAC has three);
+    ``extra_files`` are more safetensors files in the same directory (``{"replay": tensors}`` -> replay.safetensors)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
@@ -66,10 +70,17 @@ def save_checkpoint(
         (tmp / "config.json").write_text(json.dumps(config, indent=2, default=_json_default))
         tensors = dict(trainer_tensors or {})
         meta = dict(trainer_meta or {})
-        if optimizer is not None:
+        if isinstance(optimizer, dict):
+            meta["optimizers"] = {}
+            for opt_name, opt in optimizer.items():
+                opt_tensors, meta["optimizers"][opt_name] = _flatten_optimizer(opt.state_dict(), f"optim.{opt_name}")
+                tensors.update(opt_tensors)
+        elif optimizer is not None:
             opt_tensors, opt_meta = _flatten_optimizer(optimizer.state_dict())
             tensors.update(opt_tensors)
             meta["optimizer"] = opt_meta
+        for file_name, file_tensors in (extra_files or {}).items():
+            save_file({k: v.detach().contiguous().cpu() for k, v in file_tensors.items()}, tmp / f"{file_name}.safetensors")
         if tensors or meta:
             save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp / "trainer.safetensors")
             (tmp / "trainer.json").write_text(json.dumps(meta, default=_json_default))
@@ -132,5 +143,16 @@ def load_trainer_state(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict[str, A
     return load_file(ckpt / "trainer.safetensors"), json.loads((ckpt / "trainer.json").read_text())
 
 
-def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    optimizer.load_state_dict(_unflatten_optimizer(tensors, meta["optimizer"]))
+def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
+                      name: str | None = None) -> None:
+    """Restore the single optimizer of a checkpoint, or the one saved under ``name`` in a dict of optimizers."""
+    if name is None:
+        optimizer.load_state_dict(_unflatten_optimizer(tensors, meta["optimizer"]))
+    else:
+        optimizer.load_state_dict(_unflatten_optimizer(tensors, meta["optimizers"][name], f"optim.{name}"))
+
+
+def load_extra_file(ckpt: Path, file_name: str) -> dict[str, torch.Tensor] | None:
+    """An extra safetensors file of a checkpoint (e.g. the replay buffer), or None when it was not saved."""
+    path = Path(ckpt) / f"{file_name}.safetensors"
+    return load_file(path) if path.is_file() else None

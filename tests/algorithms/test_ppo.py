@@ -2,11 +2,11 @@ import json
 
 import numpy as np
 import torch
-from rlrobot.policies import ActorCritic, ActorCriticConfig
 
 from rlrobot.algorithms.ppo import PPO, PPOConfig
 from rlrobot.config import TrainConfig
 from rlrobot.data.rollout_storage import RolloutStorage
+from rlrobot.policies import ActorCritic, ActorCriticConfig
 from rlrobot.runners.on_policy import OnPolicyRunner
 
 

@@ -1,4 +1,5 @@
 import torch
+
 from rlrobot.policies import ActorCritic, ActorCriticConfig, RunningNormalizer
 
 

@@ -3,11 +3,11 @@ import os
 
 import pytest
 import torch
-from rlrobot.policies import ActorCriticConfig
 from safetensors.torch import load_file
 
 from rlrobot.algorithms.ppo import PPOConfig
 from rlrobot.config import TrainConfig
+from rlrobot.policies import ActorCriticConfig
 from rlrobot.runners.checkpoint import resolve_checkpoint, save_checkpoint
 from rlrobot.runners.on_policy import OnPolicyRunner
 

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 import torch
-from rlrobot.tasks.so101 import JOINT_HIGH, JOINT_LOW, JOINT_NAMES
 
 import rlrobot
+from rlrobot.tasks.so101 import JOINT_HIGH, JOINT_LOW, JOINT_NAMES
 
 
 def test_arm_matches_the_real_so101_joints():

@@ -1,0 +1,125 @@
+"""SAC networks: a tanh-squashed Gaussian actor and an ensemble of Q critics evaluated in one batched matmul.
+
+The ensemble (N critics, REDQ-style; N=2 is SAC's twin Q) keeps its weights as ``[N, in, out]`` tensors so that all
+critics run as one ``baddbmm`` instead of N small MLPs: on a CPU that is the difference between N kernel launches
+per layer and one. Optional LayerNorm per critic (WSRL / RLPD practice). The target critics live in the same module
+so that a checkpoint holds everything needed to resume.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .actor_critic import ACTIVATIONS, ActorCriticConfig, mlp
+from .normalizer import RunningNormalizer
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class EnsembleLinear(nn.Module):
+    """N independent linear layers applied to ``[N, B, in]`` in one batched matmul."""
+
+    def __init__(self, num_members: int, in_features: int, out_features: int):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_features)  # nn.Linear's default init, per member
+        self.weight = nn.Parameter(torch.empty(num_members, in_features, out_features).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(num_members, 1, out_features).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleLayerNorm(nn.Module):
+    def __init__(self, num_members: int, features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(num_members, 1, features))
+        self.bias = nn.Parameter(torch.zeros(num_members, 1, features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-1:]) * self.weight + self.bias
+
+
+class QEnsemble(nn.Module):
+    """Q(s, a) for N critics at once: returns ``[N, B]``."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...], num_critics: int,
+                 activation: str = "relu", layer_norm: bool = False):
+        super().__init__()
+        self.num_critics = num_critics
+        layers: list[nn.Module] = []
+        in_dim = obs_dim + action_dim
+        for h in hidden:
+            layers.append(EnsembleLinear(num_critics, in_dim, h))
+            if layer_norm:
+                layers.append(EnsembleLayerNorm(num_critics, h))
+            layers.append(ACTIVATIONS[activation]())
+            in_dim = h
+        layers.append(EnsembleLinear(num_critics, in_dim, 1))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        h = torch.cat([x, action], -1).unsqueeze(0).expand(self.num_critics, -1, -1)
+        return self.net(h).squeeze(-1)
+
+
+class SquashedGaussianActor(nn.Module):
+    """a = tanh(u), u ~ N(mu(s), sigma(s)); log-prob with the tanh change-of-variables correction."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...], activation: str = "relu"):
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, 2 * action_dim, activation)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.net(x).chunk(2, dim=-1)
+        # squash log-std smoothly into [LOG_STD_MIN, LOG_STD_MAX] (CleanRL / SpinningUp practice)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1.0)
+        return mean, log_std
+
+    def sample(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised sample in (-1, 1) and its log-probability (summed over action dims)."""
+        mean, log_std = self(x)
+        std = log_std.exp()
+        u = mean + std * torch.randn_like(mean)
+        log_prob = (-0.5 * ((u - mean) / std).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # log |d tanh(u)/du| = log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable for large |u|
+        log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        return torch.tanh(u), log_prob
+
+
+class SACPolicy(nn.Module):
+    """Actor + critic ensemble + target critics, sharing one observation normaliser (off by default for SAC)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, cfg: ActorCriticConfig | None = None, num_critics: int = 2,
+                 critic_layer_norm: bool = False):
+        super().__init__()
+        cfg = cfg or ActorCriticConfig()
+        if num_critics < 1:
+            raise ValueError(f"num_critics must be >= 1, got {num_critics}")
+        self.cfg = cfg
+        self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.normalizer = RunningNormalizer(obs_dim) if cfg.normalize_obs else nn.Identity()
+        self.actor = SquashedGaussianActor(obs_dim, action_dim, cfg.actor_hidden, cfg.activation)
+        self.critic = QEnsemble(obs_dim, action_dim, cfg.critic_hidden, num_critics, cfg.activation, critic_layer_norm)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+
+    def features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.normalizer(obs[self.cfg.obs_key].float())
+
+    def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
+        if isinstance(self.normalizer, RunningNormalizer):
+            self.normalizer.update(obs[self.cfg.obs_key])
+
+    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+        x = self.features(obs)
+        if deterministic:
+            return torch.tanh(self.actor(x)[0])
+        return self.actor.sample(x)[0]
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        """Deterministic action from a raw state tensor, normaliser included (what export traces)."""
+        return torch.tanh(self.actor(self.normalizer(state))[0])

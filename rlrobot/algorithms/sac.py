@@ -1,0 +1,169 @@
+"""Soft Actor-Critic, vectorised and high-UTD, readable top to bottom.
+
+- Actor: tanh-squashed Gaussian; loss E[alpha log pi(a|s) - Q(s, a)] with Q the min (or mean) over the critics.
+- Critics: an ensemble of N Q-functions (N=2: SAC's twin Q; N=10 with a random subset of M=2 for the target:
+  REDQ, as WSRL uses), optional LayerNorm. Target y = r_n + gamma^n (1 - terminated) [min_{i in M} Q'_i(s', a')
+  - alpha log pi(a'|s')], with the n-step return r_n and a' ~ pi(s') from the replay buffer.
+- Temperature: alpha = exp(log_alpha) tuned so that the policy entropy tracks the target (default -|A|).
+- Polyak target update with rate tau. The runner decides how many updates run per collected transition (UTD).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlrobot.policies.sac_policy import SACPolicy
+
+ACTOR_Q_REDUCTIONS = ("min", "mean")
+
+
+@dataclass
+class SACConfig:
+    gamma: float = 0.99
+    tau: float = 0.005
+    """Polyak rate of the target critics"""
+    batch_size: int = 512
+    utd: float = 0.5
+    """update-to-data ratio: gradient updates per collected transition (summed over envs); fractions carry over"""
+    learning_starts: int = 4_000
+    """transitions collected with uniform random actions before the first update"""
+    buffer_size: int = 1_000_000
+    """replay capacity in transitions"""
+    n_step: int = 1
+    steps_per_iteration: int = 4
+    """vector-env steps collected between two update phases (one runner iteration)"""
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    init_alpha: float = 1.0
+    autotune_alpha: bool = True
+    target_entropy: float | None = None
+    """entropy target of the temperature tuning (default -|A|)"""
+    num_critics: int = 2
+    num_target_critics: int = 2
+    """size of the random critic subset whose min forms the target (REDQ's M; = num_critics for plain SAC)"""
+    critic_layer_norm: bool = False
+    actor_q: str = "min"
+    """how the actor reduces the critic ensemble: min (SAC) or mean (REDQ)"""
+    actor_update_every: int = 1
+    """critic updates per actor (and temperature) update"""
+    max_grad_norm: float = 0.0
+    """gradient-norm clip for actor and critics (0 = off)"""
+
+    def __post_init__(self):
+        if self.actor_q not in ACTOR_Q_REDUCTIONS:
+            raise ValueError(f"sac.actor_q={self.actor_q!r} is not one of {ACTOR_Q_REDUCTIONS}")
+
+    def validate(self, num_envs: int) -> None:
+        """Every bad value named with its field and what is allowed, before anything is built."""
+        if not self.utd > 0:
+            raise ValueError(f"sac.utd must be > 0 (gradient updates per collected transition), got {self.utd}")
+        for name in ("batch_size", "n_step", "steps_per_iteration", "num_critics", "num_target_critics",
+                     "actor_update_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"sac.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"sac.tau must be in (0, 1], got {self.tau}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"sac.gamma must be in [0, 1], got {self.gamma}")
+        if self.num_target_critics > self.num_critics:
+            raise ValueError(f"sac.num_target_critics={self.num_target_critics} exceeds sac.num_critics={self.num_critics}")
+        if self.init_alpha <= 0:
+            raise ValueError(f"sac.init_alpha must be > 0, got {self.init_alpha}")
+        if self.buffer_size < num_envs:
+            raise ValueError(f"sac.buffer_size={self.buffer_size} is smaller than num_envs={num_envs}: one vector step "
+                             "must fit in the replay buffer")
+        if self.buffer_size < self.learning_starts:
+            raise ValueError(f"sac.buffer_size={self.buffer_size} is smaller than sac.learning_starts="
+                             f"{self.learning_starts}: updates would never start")
+        # what the buffer can sample when updates start: the newest n-1 steps of each env wait for their future
+        samplable = (max(self.learning_starts, num_envs) // num_envs - (self.n_step - 1)) * num_envs
+        if self.batch_size > samplable:
+            raise ValueError(f"sac.batch_size={self.batch_size} is larger than the replay contents at learning start "
+                             f"({samplable} samplable transitions with sac.learning_starts={self.learning_starts}, "
+                             f"num_envs={num_envs}, sac.n_step={self.n_step}); raise sac.learning_starts or lower "
+                             "sac.batch_size")
+
+
+class SAC:
+    def __init__(self, policy: SACPolicy, cfg: SACConfig, device: torch.device):
+        self.policy, self.cfg, self.device = policy, cfg, device
+        self.actor_optimizer = torch.optim.Adam(policy.actor.parameters(), lr=cfg.actor_lr, **_fast_adam(device))
+        self.critic_optimizer = torch.optim.Adam(policy.critic.parameters(), lr=cfg.critic_lr, **_fast_adam(device))
+        self.log_alpha = torch.tensor(float(torch.log(torch.tensor(cfg.init_alpha))), device=device, requires_grad=True)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        self.target_entropy = -float(policy.action_dim) if cfg.target_entropy is None else cfg.target_entropy
+        self.num_updates = 0
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor": self.actor_optimizer, "critic": self.critic_optimizer, "alpha": self.alpha_optimizer}
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.detach().exp()
+
+    def _target_q(self, q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """Min over a random subset of M target critics (REDQ); all of them when M = N."""
+        n, m = self.cfg.num_critics, self.cfg.num_target_critics
+        if m < n:
+            subset = torch.randperm(n, device=q.device, generator=generator)[:m]
+            q = q[subset]
+        return q.min(0).values
+
+    def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+        cfg, policy = self.cfg, self.policy
+        x = policy.features(batch["obs"])
+        next_x = policy.features(batch["next_obs"])
+
+        # ---- critics: soft TD target from the target ensemble
+        with torch.no_grad():
+            next_action, next_log_prob = policy.actor.sample(next_x)
+            next_q = self._target_q(policy.critic_target(next_x, next_action), generator)
+            target = batch["rewards"] + batch["discount"] * (next_q - self.alpha * next_log_prob)
+        q = policy.critic(x, batch["actions"])  # [N, B]
+        critic_loss = (q - target).square().mean(1).sum()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        if cfg.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
+        self.critic_optimizer.step()
+        stats = {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}
+
+        # ---- actor and temperature (every actor_update_every critic updates)
+        if self.num_updates % cfg.actor_update_every == 0:
+            policy.critic.requires_grad_(False)  # the actor loss must not leave gradients in the critics
+            action, log_prob = policy.actor.sample(x.detach())
+            q_pi = policy.critic(x.detach(), action)
+            q_pi = q_pi.min(0).values if cfg.actor_q == "min" else q_pi.mean(0)
+            actor_loss = (self.alpha * log_prob - q_pi).mean()
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            if cfg.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(policy.actor.parameters(), cfg.max_grad_norm)
+            self.actor_optimizer.step()
+            policy.critic.requires_grad_(True)
+            stats["actor_loss"] = actor_loss.detach()
+            stats["entropy"] = -log_prob.detach().mean()
+            if cfg.autotune_alpha:
+                alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+                self.alpha_optimizer.zero_grad(set_to_none=True)
+                alpha_loss.backward()
+                self.alpha_optimizer.step()
+                stats["alpha_loss"] = alpha_loss.detach()
+
+        # ---- Polyak averaging of the target critics
+        with torch.no_grad():
+            torch._foreach_lerp_(list(policy.critic_target.parameters()), list(policy.critic.parameters()), cfg.tau)
+        self.num_updates += 1
+        stats["alpha"] = self.alpha
+        return stats
+
+
+def _fast_adam(device: torch.device) -> dict[str, bool]:
+    """Fused Adam (one kernel for all parameters): a large share of a small-network update on the CPU otherwise."""
+    return {"fused": True} if device.type in ("cpu", "cuda") else {}

@@ -1,0 +1,170 @@
+"""SAC: squashed-Gaussian log-prob, REDQ target subsets, temperature tuning, gradient isolation, a real learning run."""
+
+import math
+
+import pytest
+import torch
+from torch.distributions import Normal, TransformedDistribution
+from torch.distributions.transforms import TanhTransform
+
+from rlrobot.algorithms.sac import SAC, SACConfig
+from rlrobot.data.replay_buffer import ReplayBuffer
+from rlrobot.policies.actor_critic import ActorCriticConfig
+from rlrobot.policies.sac_policy import SACPolicy
+
+NET = ActorCriticConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), activation="relu", normalize_obs=False)
+
+
+def filled_buffer(obs_dim=3, action_dim=2, n=256, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    buf = ReplayBuffer(n, 8, {"state": (obs_dim,)}, action_dim)
+    for _ in range(n // 8):
+        o = {"state": torch.randn(8, obs_dim, generator=g)}
+        buf.add(o, torch.rand(8, action_dim, generator=g) * 2 - 1, torch.randn(8, generator=g),
+                torch.zeros(8, dtype=torch.bool), torch.zeros(8, dtype=torch.bool), o, o)
+    return buf
+
+
+def test_squashed_gaussian_log_prob_matches_torch_distributions():
+    torch.manual_seed(0)
+    policy = SACPolicy(4, 3, NET)
+    x = torch.randn(64, 4)
+    torch.manual_seed(1)
+    action, log_prob = policy.actor.sample(x)
+    mean, log_std = policy.actor(x)
+    reference = TransformedDistribution(Normal(mean, log_std.exp()), [TanhTransform()])
+    # clamp away from +-1 where TanhTransform's inverse is ill-conditioned in float32
+    expected = reference.log_prob(action.clamp(-1 + 1e-6, 1 - 1e-6)).sum(-1)
+    assert torch.all(action.abs() < 1.0)
+    assert torch.allclose(log_prob, expected, atol=2e-3), (log_prob - expected).abs().max()
+
+
+def test_critic_ensemble_members_are_independent_and_target_is_a_copy():
+    torch.manual_seed(0)
+    policy = SACPolicy(3, 2, NET, num_critics=5, critic_layer_norm=True)
+    q = policy.critic(torch.randn(7, 3), torch.randn(7, 2))
+    assert q.shape == (5, 7)
+    assert len(set(q[:, 0].tolist())) == 5  # five different functions
+    for p, pt in zip(policy.critic.parameters(), policy.critic_target.parameters(), strict=True):
+        assert torch.equal(p, pt) and not pt.requires_grad
+
+
+def test_redq_target_is_min_over_a_random_subset_of_m_critics():
+    torch.manual_seed(0)
+    policy = SACPolicy(3, 2, NET, num_critics=10)
+    sac = SAC(policy, SACConfig(num_critics=10, num_target_critics=2), torch.device("cpu"))
+    member_values = torch.arange(10.0)[:, None].expand(10, 6)  # critic i predicts i everywhere
+    g = torch.Generator().manual_seed(0)
+    mins = [sac._target_q(member_values, g) for _ in range(200)]
+    assert all(m.shape == (6,) for m in mins)
+    values = torch.stack([m[0] for m in mins])
+    # the min of 2 distinct members out of 10 is 0..8, never 9; P(min = k) = (9 - k) / 45
+    assert values.max() <= 8 and values.min() >= 0
+    assert len(set(values.tolist())) >= 6  # the subset really is redrawn
+    assert abs(float((values == 0).float().mean()) - 9 / 45) < 0.08
+    # M = N: plain min over all critics
+    sac_full = SAC(policy, SACConfig(num_critics=10, num_target_critics=10), torch.device("cpu"))
+    assert torch.all(sac_full._target_q(member_values, g) == 0)
+
+
+@pytest.mark.parametrize("target_entropy, direction", [(5.0, +1), (-50.0, -1)])
+def test_entropy_tuning_moves_alpha_toward_the_target(target_entropy, direction):
+    torch.manual_seed(0)
+    policy = SACPolicy(3, 2, NET)
+    sac = SAC(policy, SACConfig(target_entropy=target_entropy, alpha_lr=1e-2, init_alpha=0.5), torch.device("cpu"))
+    buf = filled_buffer()
+    g = torch.Generator().manual_seed(0)
+    alphas = [float(sac.alpha)]
+    for _ in range(30):
+        sac.update(buf.sample(64, g), g)
+        alphas.append(float(sac.alpha))
+    # the policy's entropy (~ a few nats for 2-d tanh Gaussians) is below +5 -> alpha rises; above -50 -> it falls
+    assert direction * (alphas[-1] - alphas[0]) > 0.1
+    assert all(direction * (b - a) >= 0 for a, b in zip(alphas, alphas[1:], strict=False))
+
+
+def test_update_changes_only_what_it_should():
+    torch.manual_seed(0)
+    policy = SACPolicy(3, 2, NET)
+    sac = SAC(policy, SACConfig(actor_update_every=2, tau=0.5), torch.device("cpu"))
+    buf = filled_buffer()
+    g = torch.Generator().manual_seed(0)
+    actor_before = [p.clone() for p in policy.actor.parameters()]
+    target_before = [p.clone() for p in policy.critic_target.parameters()]
+    sac.update(buf.sample(32, g), g)  # update 0: critic + actor
+    assert any(not torch.equal(a, p) for a, p in zip(actor_before, policy.actor.parameters(), strict=True))
+    # target moved by Polyak toward the critic
+    assert any(not torch.equal(a, p) for a, p in zip(target_before, policy.critic_target.parameters(), strict=True))
+    actor_mid = [p.clone() for p in policy.actor.parameters()]
+    stats = sac.update(buf.sample(32, g), g)  # update 1: critic only (delayed actor)
+    assert "actor_loss" not in stats
+    assert all(torch.equal(a, p) for a, p in zip(actor_mid, policy.actor.parameters(), strict=True))
+    for p in policy.critic.parameters():
+        assert p.requires_grad  # restored after the actor step
+
+
+def test_actor_step_leaves_no_gradient_in_the_critics():
+    torch.manual_seed(0)
+    policy = SACPolicy(3, 2, NET)
+    sac = SAC(policy, SACConfig(), torch.device("cpu"))
+    buf = filled_buffer()
+    g = torch.Generator().manual_seed(0)
+    sac.update(buf.sample(32, g), g)
+    # the last backward was the actor's (then alpha's): critic grads are those of the critic step, untouched since
+    grads = [p.grad.clone() for p in policy.critic.parameters()]
+    batch = buf.sample(32, g)
+    policy.critic.requires_grad_(False)
+    action, log_prob = policy.actor.sample(policy.features(batch["obs"]))
+    (sac.alpha * log_prob - policy.critic(policy.features(batch["obs"]), action).min(0).values).mean().backward()
+    policy.critic.requires_grad_(True)
+    assert all(torch.equal(a, p.grad) for a, p in zip(grads, policy.critic.parameters(), strict=True))
+
+
+def test_target_uses_discount_and_terminal_mask():
+    """With tau=0 targets frozen and alpha ~ 0, one critic step on a terminal batch regresses Q toward r alone."""
+    torch.manual_seed(0)
+    policy = SACPolicy(2, 1, NET)
+    sac = SAC(policy, SACConfig(init_alpha=1e-8, autotune_alpha=False, critic_lr=1e-2, tau=1e-9), torch.device("cpu"))
+    obs = {"state": torch.randn(64, 2)}
+    batch = {"obs": obs, "next_obs": obs, "actions": torch.zeros(64, 1), "rewards": torch.full((64,), 3.0),
+             "terminated": torch.ones(64, dtype=torch.bool), "discount": torch.zeros(64)}
+    for _ in range(300):
+        sac.update(batch)
+    q = policy.critic(policy.features(obs), torch.zeros(64, 1))
+    assert torch.allclose(q, torch.full_like(q, 3.0), atol=0.1)
+    assert math.isfinite(float(sac.alpha))
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="sac.utd must be > 0"):
+        SACConfig(utd=0).validate(4)
+    with pytest.raises(ValueError, match="batch_size=512 is larger than the replay contents at learning start"):
+        SACConfig(batch_size=512, learning_starts=100).validate(4)
+    with pytest.raises(ValueError, match="buffer_size=2 is smaller than num_envs=4"):
+        SACConfig(buffer_size=2, learning_starts=0, batch_size=1).validate(4)
+    with pytest.raises(ValueError, match="num_target_critics=3 exceeds"):
+        SACConfig(num_critics=2, num_target_critics=3).validate(4)
+    with pytest.raises(ValueError, match="actor_q"):
+        SACConfig(actor_q="max")
+
+
+def test_sac_learns_pendulum(tmp_path):
+    """A real, seeded, small run through the gymnasium adapter: random policies score about -1200 on Pendulum-v1."""
+    from rlrobot.config import TrainConfig
+    from rlrobot.runners.off_policy import OffPolicyRunner
+
+    torch.set_num_threads(1)
+    cfg = TrainConfig(task="gym:Pendulum-v1", algo="sac", num_envs=4, total_steps=PENDULUM_STEPS, seed=0,
+                      out=str(tmp_path / "pendulum"), logger="none", checkpoint_every=1000, eval_every=0,
+                      eval_envs=8, eval_episodes=8, video=False, update_threads=1,
+                      sac=SACConfig(batch_size=128, utd=1.0, learning_starts=500, steps_per_iteration=25,
+                                    buffer_size=20_000),
+                      policy=ActorCriticConfig(actor_hidden=(64, 64), critic_hidden=(64, 64), activation="relu",
+                                               normalize_obs=False))
+    summary = OffPolicyRunner(cfg).learn()
+    assert summary["env_steps"] == PENDULUM_STEPS
+    assert summary["eval"]["return_mean"] >= PENDULUM_THRESHOLD, summary["eval"]
+
+
+PENDULUM_STEPS = 6_000
+PENDULUM_THRESHOLD = -400.0
