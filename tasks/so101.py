@@ -138,6 +138,36 @@ class SO101Env(MujocoVecEnv):
         delta = ((q[:, :5] - self.ctrl[:, :5]) / MAX_JOINT_DELTA).clip(-1, 1)
         return np.concatenate([delta, gripper_action[:, None]], 1)
 
+    # ------------------------------------------------------------ robot side (rlrobot.real_robot)
+    def load_measurement(self, env_index: int, qpos: np.ndarray, qvel: np.ndarray, context: dict[str, np.ndarray]) -> None:
+        """Write a measured arm state and the task context (target, cube pose) into one env without stepping, then
+        recompute its kinematics: the task's own observation and IK code then run on a real robot's readings."""
+        d = self.datas[env_index]
+        d.qpos[:6] = qpos
+        d.qvel[:6] = qvel
+        if "cube_pos" in context:
+            d.qpos[6:9] = context["cube_pos"]
+        if "cube_quat" in context:
+            d.qpos[9:13] = context["cube_quat"]
+        if "target" in context:
+            self._set_target(np.array([env_index]), np.asarray(context["target"], np.float64)[None])
+        self._kinematics(env_index)
+        self._gather_all()
+
+    def task_context(self, env_index: int) -> dict[str, np.ndarray]:
+        """What a perception system would report of the task: the target and the cube pose."""
+        return {"target": self.target[env_index].copy(), "cube_pos": self.cube_pos[env_index].copy(),
+                "cube_quat": self.body_quat[env_index, 0].copy()}
+
+    def joint_targets(self, action: np.ndarray, last_targets: np.ndarray) -> np.ndarray:
+        """Joint targets (rad) for a batch of policy actions in this env's control mode, from the loaded state."""
+        self.ctrl[: len(action)] = last_targets  # joint_delta integrates on the previous targets
+        return self._actions_to_ctrl(np.asarray(action, np.float64).clip(-1.0, 1.0))
+
+    def success_now(self) -> np.ndarray:
+        """The task's success flag for the current state of every env."""
+        return self._evaluate()[1]
+
     # ------------------------------------------------------------ resets
     def _reset_arm(self, ids: np.ndarray) -> None:
         noise = self.np_random.uniform(-0.05, 0.05, size=(len(ids), 6))
@@ -295,10 +325,18 @@ class SO101Push(SO101Env):
         pose[:, 2] = 0.022
         return pose, direction
 
+    def _contact_pose(self) -> np.ndarray:
+        """The pusher against the cube's rear face. The reward's reach term aims here, not at the expert's approach
+        pose 1.1 cm further back: aiming there made "hover behind the cube" a local optimum, since closing the gap
+        to the cube cost reach reward before the cube moved (SAC and PPO both parked there)."""
+        pose = self.cube_pos.copy()
+        pose[:, :2] -= self.push_direction * (CUBE_HALF + PUSHER_HALF_WIDTH)
+        pose[:, 2] = 0.022
+        return pose
+
     def _evaluate(self):
         cube_to_target = np.linalg.norm(self.cube_pos[:, :2] - self.target[:, :2], axis=1)
-        pose, _ = self._push_pose()
-        reach = 1.0 - np.tanh(10.0 * np.linalg.norm(self.pusher - pose, axis=1))
+        reach = 1.0 - np.tanh(10.0 * np.linalg.norm(self.pusher - self._contact_pose(), axis=1))
         place = 1.0 - np.tanh(10.0 * cube_to_target)
         lost = self._cube_lost()
         success = (cube_to_target < self.success_threshold) & ~lost
