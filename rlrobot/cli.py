@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 console = Console()
-COMMANDS = ("train", "eval", "list-tasks", "bench")
+COMMANDS = ("train", "eval", "list-tasks", "bench", "serve", "deploy")
 
 
 def _preset_from_argv(argv: list[str]):
@@ -36,9 +36,9 @@ def train(argv: list[str]) -> dict:
     if cfg.resume:
         cfg = _resume_config(cfg, argv)
     cfg.validate()
-    from rlrobot.runners.on_policy import OnPolicyRunner
+    from rlrobot.runners.base import make_runner
 
-    summary = OnPolicyRunner(cfg).learn()
+    summary = make_runner(cfg).learn()
     ev = summary["eval"]
     console.print(f"[bold green]done[/] {summary['env_steps']:,} env steps in {summary['train_wall_time_s']:.0f} s; "
                   f"eval success {ev.get('success_rate', 0):.3f}, return {ev.get('return_mean', 0):.2f} "
@@ -85,9 +85,9 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
 
     import rlrobot
     from rlrobot.config import TrainConfig
+    from rlrobot.runners.base import build_policy, check_compatible, policy_metadata
     from rlrobot.runners.checkpoint import load_checkpoint
     from rlrobot.runners.evaluation import evaluate
-    from rlrobot.runners.on_policy import build_policy, check_compatible, policy_metadata
 
     if args.episodes < 1 or args.num_envs < 1:
         raise ValueError("episodes and num_envs must be >= 1")
@@ -136,7 +136,7 @@ def list_tasks() -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        console.print("usage: rlrobot {train,eval,list-tasks,bench} [options]   (rlrobot <command> --help)")
+        console.print("usage: rlrobot {train,eval,list-tasks,bench,serve,deploy} [options]   (rlrobot <command> --help)")
         return
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
@@ -153,8 +153,18 @@ def main(argv: list[str] | None = None) -> None:
             from rlrobot.bench.mujoco_bench import BenchArgs, run_bench
 
             run_bench(tyro.cli(BenchArgs, args=rest, prog="rlrobot bench"))
-    except (ValueError, FileNotFoundError, FileExistsError, ImportError) as e:
-        console.print(f"[red]error:[/] {e}")
+        elif command == "serve":
+            from rlrobot.real_robot.server import ServeArgs, run_server
+
+            run_server(tyro.cli(ServeArgs, args=rest, prog="rlrobot serve",
+                                description="Serve a policy over a websocket (msgpack frames, HMAC-authenticated)."))
+        elif command == "deploy":
+            from rlrobot.real_robot.deploy import DeployArgs, run_deploy
+
+            run_deploy(tyro.cli(DeployArgs, args=rest, prog="rlrobot deploy",
+                                description="Run a policy on a robot (twin or LeRobot) through the safety supervisor."))
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError, ConnectionError) as e:
+        console.print(f"[red]error:[/] {e}", soft_wrap=True)  # one line per error: greppable in logs
         raise SystemExit(2) from e
 
 

@@ -1,0 +1,128 @@
+"""LeRobot arms (SO-101 follower first) behind our ``Robot`` interface; lerobot is imported lazily.
+
+Units. LeRobot reports and takes motor positions in normalised units per motor (``MotorNormMode``):
+- ``degrees`` (SO follower default, ``use_degrees=True``): 0 in the middle of the calibrated range -> we use radians;
+- ``range_m100_100``: -100..100 over the calibrated range [range_min, range_max] (raw ticks of a 4096-step encoder);
+- ``range_0_100`` (the gripper): 0..100 over its calibrated range.
+Our joints are radians with 0 in the middle of each range, the same convention as LeRobot's new calibration, so
+degrees map by a factor, and a -100..100 or 0..100 value maps linearly onto the calibrated range in radians.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from rlrobot.tasks.so101 import JOINT_HIGH, JOINT_LOW, JOINT_NAMES
+
+TICKS_PER_TURN = 4096  # STS3215 (the SO-101's servo) resolution
+NORM_MODES = ("degrees", "range_m100_100", "range_0_100")
+
+
+def _half_range_rad(calibration: dict[str, Any] | None, joint: int) -> tuple[float, float]:
+    """(centre, half width) of a joint's calibrated range in radians; our model's limits without calibration."""
+    if calibration is None:
+        return 0.5 * (JOINT_LOW[joint] + JOINT_HIGH[joint]), 0.5 * (JOINT_HIGH[joint] - JOINT_LOW[joint])
+    half = 0.5 * (calibration["range_max"] - calibration["range_min"]) * 2 * math.pi / TICKS_PER_TURN
+    return 0.0, half
+
+
+def to_radians(value: float, mode: str, joint: int, calibration: dict[str, Any] | None = None) -> float:
+    if mode == "degrees":  # LeRobot: (ticks - mid) * 360 / 4095, while a true turn is 4096 ticks
+        return math.radians(value) * (TICKS_PER_TURN - 1) / TICKS_PER_TURN
+    centre, half = _half_range_rad(calibration, joint)
+    if mode == "range_m100_100":
+        return centre + value / 100.0 * half
+    if mode == "range_0_100":
+        return centre - half + value / 100.0 * 2 * half
+    raise ValueError(f"norm mode {mode!r} is not one of {NORM_MODES}")
+
+
+def from_radians(rad: float, mode: str, joint: int, calibration: dict[str, Any] | None = None) -> float:
+    if mode == "degrees":
+        return math.degrees(rad) * TICKS_PER_TURN / (TICKS_PER_TURN - 1)
+    centre, half = _half_range_rad(calibration, joint)
+    if mode == "range_m100_100":
+        return float(np.clip((rad - centre) / half * 100.0, -100.0, 100.0))
+    if mode == "range_0_100":
+        return float(np.clip((rad - centre + half) / (2 * half) * 100.0, 0.0, 100.0))
+    raise ValueError(f"norm mode {mode!r} is not one of {NORM_MODES}")
+
+
+class LeRobotArm:
+    """Wraps a connected LeRobot ``Robot`` (``get_observation`` / ``send_action`` with ``<motor>.pos`` keys)."""
+
+    joint_names = JOINT_NAMES
+    joint_low = JOINT_LOW
+    joint_high = JOINT_HIGH
+
+    def __init__(self, port: str = "/dev/ttyACM0", robot_id: str = "rlrobot_so101", use_degrees: bool = True,
+                 control_rate_hz: float = 25.0, context: dict[str, Any] | None = None, robot=None):
+        self.control_rate_hz = control_rate_hz
+        self.context = {k: np.asarray(v, np.float64) for k, v in (context or {}).items()}
+        self._robot = robot
+        self._config = {"port": port, "id": robot_id, "use_degrees": use_degrees}
+        self._last_qpos: np.ndarray | None = None
+        self._last_time = 0.0
+
+    def _build(self):
+        try:
+            from lerobot.robots.so_follower import SO101Follower, SO101FollowerConfig
+        except ImportError as e:
+            raise ImportError("robot='lerobot' needs LeRobot with the SO-101 follower and the Feetech SDK: "
+                              "pip install 'rlrobot[lerobot]' 'lerobot[feetech]'") from e
+        return SO101Follower(SO101FollowerConfig(**self._config))
+
+    def _norm_modes(self) -> list[str]:
+        motors = self._robot.bus.motors
+        return [str(getattr(motors[name].norm_mode, "value", motors[name].norm_mode)) for name in JOINT_NAMES]
+
+    def _calibration(self, name: str) -> dict[str, Any] | None:
+        cal = getattr(self._robot, "calibration", None) or {}
+        c = cal.get(name)
+        return None if c is None else {"range_min": c.range_min, "range_max": c.range_max}
+
+    def connect(self) -> None:
+        if self._robot is None:
+            self._robot = self._build()
+        if not getattr(self._robot, "is_connected", False):
+            self._robot.connect()
+        self._modes = self._norm_modes()
+
+    def observe(self) -> dict[str, Any]:
+        raw = self._robot.get_observation()
+        now = time.monotonic()
+        qpos = np.array([to_radians(float(raw[f"{n}.pos"]), m, j, self._calibration(n))
+                         for j, (n, m) in enumerate(zip(JOINT_NAMES, self._modes, strict=True))])
+        # the bus reports no velocity: finite difference between readings
+        qvel = np.zeros(6) if self._last_qpos is None else (qpos - self._last_qpos) / max(now - self._last_time, 1e-3)
+        self._last_qpos, self._last_time = qpos, now
+        images = {k: v for k, v in raw.items() if not k.endswith(".pos")}
+        out = {"qpos": qpos, "qvel": qvel, "timestamp": now, "context": dict(self.context)}
+        if images:
+            out["images"] = images
+        return out
+
+    def to_action(self, joint_targets: np.ndarray) -> dict[str, float]:
+        return {f"{n}.pos": from_radians(float(q), m, j, self._calibration(n))
+                for j, (n, m, q) in enumerate(zip(JOINT_NAMES, self._modes, joint_targets, strict=True))}
+
+    def act(self, joint_targets: np.ndarray) -> None:
+        self._robot.send_action(self.to_action(np.asarray(joint_targets, np.float64)))
+
+    def hold(self) -> None:
+        if self._last_qpos is None:
+            self.observe()
+        self._robot.send_action(self.to_action(self._last_qpos))
+
+    def disable(self) -> None:
+        bus = getattr(self._robot, "bus", None)
+        if bus is not None and hasattr(bus, "disable_torque"):
+            bus.disable_torque()
+
+    def disconnect(self) -> None:
+        if self._robot is not None and getattr(self._robot, "is_connected", False):
+            self._robot.disconnect()

@@ -1,0 +1,102 @@
+"""MuJoCo digital twin of the SO-101 on its task table: the ``Robot`` interface over the simulator.
+
+The twin is the task's own simulation (one env, joint-position control, no time limit) so that a deployed policy
+meets the same physics it was trained in, through the robot-side path: joint targets in, readings out. Options make
+it less ideal, like hardware: ``latency_steps`` delays commands, ``obs_noise_std`` adds noise to joint readings.
+The twin advances one control period per command (``act`` or ``hold``); the chunk executor keeps the wall clock
+(real time, or as fast as asked).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+import rlrobot
+from rlrobot.tasks.so101 import JOINT_HIGH, JOINT_LOW, JOINT_NAMES, _normalize_joint
+
+
+class TwinRobot:
+    joint_names = JOINT_NAMES
+    joint_low = JOINT_LOW
+    joint_high = JOINT_HIGH
+
+    def __init__(self, task: str = "so101-reach", seed: int = 0, latency_steps: int = 0, obs_noise_std: float = 0.0,
+                 cameras: bool = False):
+        if latency_steps < 0 or obs_noise_std < 0:
+            raise ValueError("latency_steps and obs_noise_std must be >= 0")
+        self.task, self.seed = task, seed
+        self.latency_steps, self.obs_noise_std, self.cameras = latency_steps, obs_noise_std, cameras
+        self.env = None
+        self.rng = np.random.default_rng(seed)
+        self.episode = 0
+        self.holding = False
+        self.disabled = False
+        self.hold_started: float | None = None
+        self.commands: list[tuple[float, str, np.ndarray]] = []  # (monotonic time, kind, targets), for tests
+        self._pending: collections.deque[np.ndarray] = collections.deque()
+
+    @property
+    def control_rate_hz(self) -> float:
+        return 1.0 / self.env.control_dt if self.env is not None else 25.0
+
+    def connect(self) -> None:
+        self.env = rlrobot.make(self.task, 1, control_mode="joint_pos", max_episode_steps=10**9, num_threads=1,
+                                seed=self.seed)
+        self.reset_episode()
+
+    def reset_episode(self, seed: int | None = None) -> None:
+        """A new task instance (target, cube, arm start), like a human resetting the scene."""
+        self.env.reset(seed=self.seed + self.episode if seed is None else seed)
+        self.episode += 1
+        self.holding, self.disabled, self.hold_started = False, False, None
+        self._last_targets = self.env.ctrl[0].copy()
+        self._pending.clear()
+
+    def observe(self) -> dict[str, Any]:
+        qpos = self.env.qpos[0, :6].copy()
+        if self.obs_noise_std > 0:
+            qpos += self.rng.normal(0.0, self.obs_noise_std, size=6)
+        reading = {"qpos": qpos, "qvel": self.env.qvel[0, :6].copy(), "timestamp": time.monotonic(),
+                   "context": self.env.task_context(0)}
+        if self.cameras:
+            reading["images"] = {cam: self.env.render(0, cam) for cam in self.env.cameras}
+        return reading
+
+    def _step(self, targets: np.ndarray, kind: str) -> None:
+        if self.disabled:
+            raise RuntimeError("the twin is disabled (e-stop or watchdog); reset_episode() to re-enable it")
+        self.commands.append((time.monotonic(), kind, targets.copy()))
+        self._pending.append(targets.copy())
+        applied = self._pending.popleft() if len(self._pending) > self.latency_steps else self._last_targets
+        self._last_targets = applied
+        action = torch.from_numpy(_normalize_joint(applied).astype(np.float32)[None])
+        self.env.step(action.clamp(-1.0, 1.0))
+
+    def act(self, joint_targets: np.ndarray) -> None:
+        targets = np.asarray(joint_targets, np.float64)
+        if targets.shape != (6,) or not np.isfinite(targets).all():
+            raise ValueError(f"joint_targets must be 6 finite radians, got {targets}")
+        self.holding, self.hold_started = False, None
+        self._step(targets, "act")
+
+    def hold(self) -> None:
+        if not self.holding:
+            self.holding, self.hold_started = True, time.monotonic()
+        self._step(self.env.qpos[0, :6].copy(), "hold")
+
+    def disable(self) -> None:
+        self.disabled = True
+        self.commands.append((time.monotonic(), "disable", self.env.qpos[0, :6].copy()))
+
+    def success(self) -> bool:
+        return bool(self.env.success_now()[0])
+
+    def disconnect(self) -> None:
+        if self.env is not None:
+            self.env.close()
+            self.env = None

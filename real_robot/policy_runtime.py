@@ -1,0 +1,84 @@
+"""A trained policy loaded from its checkpoint alone, answering observation -> action chunk (server or local)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlrobot.config import TrainConfig
+from rlrobot.runners.checkpoint import load_checkpoint
+
+from .protocol import ProtocolError
+
+
+class LoadedPolicy:
+    """Deterministic inference of any rlrobot policy; ``infer`` returns an action chunk ``[chunk_size, action_dim]``
+    (Gaussian and SAC policies act one step at a time: chunk size 1)."""
+
+    def __init__(self, checkpoint: str, device: str = "cpu"):
+        from rlrobot.runners.base import build_policy
+
+        weights, saved, ckpt = load_checkpoint(checkpoint)
+        self.cfg = TrainConfig.from_dict(saved["train"])
+        self.policy = build_policy(saved, self.cfg)
+        self.policy.load_state_dict(weights)
+        self.device = torch.device(device)
+        self.policy.to(self.device).eval()
+        self.checkpoint = str(ckpt)
+        self.obs_key = self.cfg.policy.obs_key
+        self.metadata: dict[str, Any] = {
+            "policy_class": saved.get("policy_class", "ActorCritic"),
+            "task": saved["task"],
+            "control_mode": saved.get("control_mode"),
+            "observation_space": saved["observation_space"],
+            "obs_keys": [self.obs_key],
+            "action_dim": saved["action_dim"],
+            "chunk_size": int(saved.get("chunk_size", 1)),
+            "control_rate_hz": 1.0 / saved["control_dt"] if saved.get("control_dt") else None,
+            "checkpoint": self.checkpoint,
+        }
+        self.latencies: list[float] = []
+
+    def check_observation(self, obs: Any) -> dict[str, np.ndarray]:
+        if not isinstance(obs, dict):
+            raise ProtocolError("bad_request", "obs must be a map of arrays")
+        out = {}
+        for key in self.metadata["obs_keys"]:
+            shape = tuple(self.metadata["observation_space"][key])
+            value = obs.get(key)
+            if not isinstance(value, np.ndarray):
+                raise ProtocolError("bad_request", f"obs[{key!r}] is missing or not an array")
+            if value.shape not in (shape, (1, *shape)):
+                raise ProtocolError("bad_request", f"obs[{key!r}] has shape {value.shape}, expected {shape}")
+            if value.dtype.kind == "f" and not np.isfinite(value).all():
+                raise ProtocolError("bad_request", f"obs[{key!r}] contains NaN or Inf")
+            out[key] = value.reshape(1, *shape)
+        return out
+
+    def infer(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """Action chunk [chunk, action_dim] float32 (what the executor calls, like PolicyClient.infer)."""
+        return self.infer_timed(obs)[0]
+
+    @torch.inference_mode()
+    def infer_timed(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, float]:
+        """(actions [chunk, action_dim] float32, inference seconds)."""
+        batch = self.check_observation(obs)
+        start = time.perf_counter()
+        tensors = {k: torch.as_tensor(np.asarray(v, np.float32), device=self.device) for k, v in batch.items()}
+        action = self.policy.act(tensors, deterministic=True)
+        chunk = action.reshape(-1, self.metadata["chunk_size"], self.metadata["action_dim"])[0]
+        result = chunk.float().cpu().numpy()
+        elapsed = time.perf_counter() - start
+        self.latencies.append(elapsed)
+        return result, elapsed
+
+
+def latency_summary(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {"count": 0}
+    a = np.asarray(samples) * 1e3
+    return {"count": len(samples), "median_ms": float(np.median(a)), "p99_ms": float(np.percentile(a, 99)),
+            "max_ms": float(a.max())}

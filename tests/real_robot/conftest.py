@@ -1,0 +1,89 @@
+"""Fixtures: real checkpoints built without training, and a real policy server process on loopback."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import rlrobot
+from rlrobot.config import TrainConfig
+from rlrobot.policies.actor_critic import ActorCritic, ActorCriticConfig
+from rlrobot.runners.base import policy_metadata
+from rlrobot.runners.checkpoint import save_checkpoint
+
+TOKEN = "test-token"
+
+
+def reach_expert_checkpoint(root, control_mode="ee_delta", nan=False):
+    """An ActorCritic checkpoint whose weights are set by hand to so101-reach's scripted expert, a P-controller on
+    target - tcp (the last 3 state entries): a = 40 (target - tcp), clipped. ELU is the identity on positives, so a
+    +10 bias in the hidden layer (removed again after it) makes the 2-layer MLP exactly that linear map."""
+    cfg = TrainConfig(task="so101-reach", control_mode=control_mode, logger="none",
+                      policy=ActorCriticConfig(actor_hidden=(16,), critic_hidden=(16,), normalize_obs=False))
+    env = rlrobot.make("so101-reach", 1, control_mode=control_mode)
+    meta = policy_metadata(cfg, env)
+    env.close()
+    policy = ActorCritic(meta["obs_dim"], meta["action_dim"], cfg.policy)
+    first, last = policy.actor[0], policy.actor[2]
+    with torch.no_grad():
+        first.weight.zero_()
+        first.bias.fill_(10.0)
+        last.weight.zero_()
+        last.bias.zero_()
+        if control_mode == "ee_delta":
+            for i in range(3):
+                first.weight[i, meta["obs_dim"] - 3 + i] = 1.0
+                last.weight[i, i] = 40.0
+                last.bias[i] = -400.0
+        if nan:
+            last.bias.fill_(float("nan"))
+    return save_checkpoint(root, "iter_000001", policy, {"train": cfg.to_dict(), **meta})
+
+
+@pytest.fixture(scope="session")
+def expert_checkpoint(tmp_path_factory):
+    return reach_expert_checkpoint(tmp_path_factory.mktemp("expert") / "checkpoints")
+
+
+class ServerProcess:
+    """``rlrobot serve`` in a real subprocess on an OS-chosen loopback port."""
+
+    def __init__(self, checkpoint, port=0, token=TOKEN, extra=()):
+        args = [sys.executable, "-m", "rlrobot", "serve", "--checkpoint", str(checkpoint), "--port", str(port), *extra]
+        args += ["--token", token] if token else ["--insecure"]
+        env = {**os.environ, "MUJOCO_GL": "egl"}
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.time() + 60
+        line = ""
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith("{") and json.loads(line).get("event") == "listening":
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stderr.read()}")
+        self.info = json.loads(line)
+        self.url = self.info["url"]
+        self.port = int(self.url.rsplit(":", 1)[1])
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture
+def server(expert_checkpoint):
+    srv = ServerProcess(expert_checkpoint)
+    yield srv
+    srv.stop()
