@@ -131,6 +131,9 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
             print(json.dumps({"episode": k, "steps": result.steps, "success": result.success, "aborted": result.aborted,
                               "abort_reason": result.abort_reason, "holds": result.holds,
                               "interventions": result.interventions}), flush=True)
+            if supervisor.estopped:  # latched: no further episode starts without an operator
+                print(json.dumps({"event": "e-stop", "reason": supervisor.estop_reason}), flush=True)
+                break
     finally:
         executor.close()
         robot.disconnect()

@@ -65,9 +65,12 @@ class SafetySupervisor:
         self._prev: np.ndarray | None = None
 
     def reset(self, qpos: np.ndarray) -> None:
-        """Start from the measured position (a new episode); clears the e-stop."""
+        """Start from the measured position (a new episode). An e-stop stays latched: see ``clear_estop``."""
         self._last = np.asarray(qpos, np.float64).copy()
         self._prev = self._last.copy()
+
+    def clear_estop(self) -> None:
+        """Only an operator's deliberate act re-arms the robot after an e-stop."""
         self.estopped, self.estop_reason = False, ""
 
     def _count(self, kind: str, detail: str) -> None:

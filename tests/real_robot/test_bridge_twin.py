@@ -68,3 +68,31 @@ def test_in_process_deployment_matches_simulation(expert_checkpoint):
     executor.close()
     assert sim["success_rate"] >= 0.9
     assert abs(np.mean(successes) - sim["success_rate"]) <= 0.2
+
+
+def test_estop_mid_episode_holds_disables_and_stays_latched(expert_checkpoint):
+    policy = LoadedPolicy(str(expert_checkpoint))
+    twin = TwinRobot("so101-reach", seed=4)
+    twin.connect()
+    bridge = TaskBridge("so101-reach", "ee_delta")
+    sup = SafetySupervisor(SafetyConfig(), twin.joint_low, twin.joint_high, 1 / twin.control_rate_hz)
+
+    class PressesEstop:
+        calls = 0
+
+        def infer(self, obs):
+            self.calls += 1
+            if self.calls == 10:
+                sup.estop("operator")
+            return policy.infer(obs)
+
+    executor = ChunkExecutor(twin, bridge, PressesEstop(), sup, ExecutorConfig(realtime=False))
+    result = executor.run_episode(50)
+    assert result.aborted and "e-stop (operator)" in result.abort_reason and result.steps <= 11
+    assert [kind for _, kind, _ in twin.commands[-2:]] == ["hold", "disable"] and twin.disabled
+    twin.reset_episode()
+    assert executor.run_episode(5).aborted  # latched until an operator clears it
+    sup.clear_estop()
+    twin.reset_episode()  # re-enable the (disabled) robot
+    assert not executor.run_episode(5).aborted
+    executor.close()

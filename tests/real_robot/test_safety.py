@@ -61,6 +61,8 @@ def test_watchdog_and_estop():
     sup.estop("test")
     assert sup.estopped and sup.interventions["estop"] == 1
     sup.reset(np.zeros(3))
+    assert sup.estopped  # latched across episodes
+    sup.clear_estop()
     assert not sup.estopped
     sup.install_signal_estop(signal.SIGUSR1)
     try:
