@@ -1,11 +1,12 @@
-"""SAC on so101-push (dense reward, ee_delta control)."""
+"""SAC on so101-push (dense reward, ee_delta control). gamma 0.8 as in ManiSkill's SAC baseline: with 0.95 and UTD 0.25
+the eval success was 0.06 at 128k env steps, with 0.8 and UTD 0.5 it was 0.30 at 77k (README results)."""
 
 from rlrobot.algorithms.sac import SACConfig
 from rlrobot.config import TrainConfig
 from rlrobot.policies.actor_critic import ActorCriticConfig
 
-CONFIG = TrainConfig(task="so101-push", algo="sac", num_envs=16, total_steps=300_000,
-                     sac=SACConfig(gamma=0.95, batch_size=256, utd=0.25, learning_starts=4_000, steps_per_iteration=16,
+CONFIG = TrainConfig(task="so101-push", algo="sac", num_envs=16, total_steps=400_000,
+                     sac=SACConfig(gamma=0.8, batch_size=256, utd=0.5, learning_starts=4_000, steps_per_iteration=16,
                                    buffer_size=1_000_000),
                      policy=ActorCriticConfig(actor_hidden=(256, 256), critic_hidden=(256, 256), activation="relu",
                                               normalize_obs=False),

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -56,7 +57,9 @@ class ServerProcess:
         args = [sys.executable, "-m", "rlrobot", "serve", "--checkpoint", str(checkpoint), "--port", str(port), *extra]
         args += ["--token", token] if token else ["--insecure"]
         env = {**os.environ, "MUJOCO_GL": "egl"}
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        # stderr to a file, not a pipe: a chatty server must never block on a full pipe nobody reads
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env)
         deadline = time.time() + 60
         line = ""
         while time.time() < deadline:
@@ -64,7 +67,8 @@ class ServerProcess:
             if line.startswith("{") and json.loads(line).get("event") == "listening":
                 break
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read()}")
+                self.stderr.seek(0)
+                raise RuntimeError(f"server exited: {self.stderr.read()}")
         self.info = json.loads(line)
         self.url = self.info["url"]
         self.port = int(self.url.rsplit(":", 1)[1])
