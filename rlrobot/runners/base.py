@@ -4,6 +4,7 @@ progress, periodic evaluation and the final summary. Subclasses supply one train
 
 from __future__ import annotations
 
+import abc
 import json
 import time
 from collections import deque
@@ -65,7 +66,7 @@ def check_compatible(saved: dict[str, Any], current: dict[str, Any]) -> None:
                          + "; ".join(problems))
 
 
-class Runner:
+class Runner(abc.ABC):
     """Base runner. Subclasses set ``self.policy`` and implement ``steps_per_iteration``, ``train_iteration``,
     ``trainer_state`` / ``restore_trainer_state`` (their algorithm's optimizers and counters)."""
 
@@ -90,22 +91,27 @@ class Runner:
 
     # ------------------------------------------------------------------ subclass hooks
     @property
+    @abc.abstractmethod
     def steps_per_iteration(self) -> int:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def train_iteration(self) -> dict[str, float]:
         """Collect ``steps_per_iteration`` env steps and learn from them; return metrics to log."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def trainer_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any], Any, dict[str, dict[str, torch.Tensor]]]:
         """(tensors, json meta, optimizer(s), extra safetensors files) of the algorithm, for a resumable checkpoint."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def restore_trainer_state(self, ckpt: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        raise NotImplementedError
+        ...
 
     def after_restore(self, ckpt: Path) -> None:
-        """Called once the env and RNG are restored (e.g. to report a cold replay buffer)."""
+        """Called once the env and RNG are restored (e.g. to report a cold replay buffer); optional."""
+        return None
 
     # ------------------------------------------------------------------ checkpoints
     def config_dict(self) -> dict[str, Any]:
