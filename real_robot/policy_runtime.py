@@ -16,7 +16,8 @@ from .protocol import ProtocolError
 
 class LoadedPolicy:
     """Deterministic inference of any rlrobot policy; ``infer`` returns an action chunk ``[chunk_size, action_dim]``
-    (Gaussian and SAC policies act one step at a time: chunk size 1)."""
+    (Gaussian and SAC policies act one step at a time: chunk size 1; flow policies return their whole chunk, and the
+    executor runs it open-loop or ensembles it)."""
 
     def __init__(self, checkpoint: str, device: str = "cpu"):
         from rlrobot.runners.base import build_policy
@@ -28,15 +29,18 @@ class LoadedPolicy:
         self.device = torch.device(device)
         self.policy.to(self.device).eval()
         self.checkpoint = str(ckpt)
-        self.obs_key = self.cfg.policy.obs_key
+        self.chunked = hasattr(self.policy, "sample_actions")
+        self.obs_keys = list(self.cfg.flow.obs_keys) if self.chunked else [self.cfg.policy.obs_key]
+        self.obs_key = self.obs_keys[0]
         self.metadata: dict[str, Any] = {
             "policy_class": saved.get("policy_class", "ActorCritic"),
             "task": saved["task"],
             "control_mode": saved.get("control_mode"),
             "observation_space": saved["observation_space"],
-            "obs_keys": [self.obs_key],
+            "obs_keys": self.obs_keys,
             "action_dim": saved["action_dim"],
-            "chunk_size": int(saved.get("chunk_size", 1)),
+            "chunk_size": int(self.policy.chunk_size) if self.chunked else 1,
+            "execute_steps": int(self.cfg.executed_steps()) if self.chunked else 1,
             "control_rate_hz": 1.0 / saved["control_dt"] if saved.get("control_dt") else None,
             "checkpoint": self.checkpoint,
         }
@@ -68,7 +72,7 @@ class LoadedPolicy:
         batch = self.check_observation(obs)
         start = time.perf_counter()
         tensors = {k: torch.as_tensor(np.asarray(v, np.float32), device=self.device) for k, v in batch.items()}
-        action = self.policy.act(tensors, deterministic=True)
+        action = self.policy.sample_actions(tensors) if self.chunked else self.policy.act(tensors, deterministic=True)
         chunk = action.reshape(-1, self.metadata["chunk_size"], self.metadata["action_dim"])[0]
         result = chunk.float().cpu().numpy()
         elapsed = time.perf_counter() - start

@@ -1,4 +1,5 @@
-"""``rlrobot`` command line: train, eval, list-tasks, bench (tyro turns the config dataclasses into flags)."""
+"""``rlrobot`` command line: train, eval, collect, list-tasks, bench, serve, deploy (tyro turns the config
+dataclasses into flags)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 console = Console()
-COMMANDS = ("train", "eval", "list-tasks", "bench", "serve", "deploy")
+COMMANDS = ("train", "eval", "collect", "list-tasks", "bench", "serve", "deploy")
 
 
 def _preset_from_argv(argv: list[str]):
@@ -136,7 +137,7 @@ def list_tasks() -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        console.print("usage: rlrobot {train,eval,list-tasks,bench,serve,deploy} [options]   (rlrobot <command> --help)")
+        console.print("usage: rlrobot {" + ",".join(COMMANDS) + "} [options]   (rlrobot <command> --help)")
         return
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
@@ -147,6 +148,11 @@ def main(argv: list[str] | None = None) -> None:
             train(rest)
         elif command == "eval":
             evaluate_checkpoint(tyro.cli(EvalArgs, args=rest, prog="rlrobot eval"))
+        elif command == "collect":
+            from rlrobot.data.demonstrations import CollectArgs, collect_demonstrations
+
+            collect_demonstrations(tyro.cli(CollectArgs, args=rest, prog="rlrobot collect",
+                                            description="Record scripted-expert demonstrations as a LeRobotDataset."))
         elif command == "list-tasks":
             list_tasks()
         elif command == "bench":

@@ -6,11 +6,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlrobot.algorithms import ALGORITHMS
+from rlrobot.algorithms import ALGORITHMS, FLOW_ALGORITHMS
+from rlrobot.algorithms.flow_ppo import FlowPPOConfig
 from rlrobot.algorithms.ppo import PPOConfig
 from rlrobot.algorithms.sac import SACConfig
+from rlrobot.algorithms.sft import SFTConfig
 from rlrobot.envs.registry import BACKENDS, validate_task_id
 from rlrobot.policies.actor_critic import ActorCriticConfig
+from rlrobot.policies.flow import FlowPolicyConfig
 from rlrobot.tasks.mujoco_vec_env import OBS_MODES, REWARD_MODES
 from rlrobot.tasks.so101 import CONTROL_MODES
 
@@ -20,7 +23,7 @@ class TrainConfig:
     task: str = "so101-reach"
     """task id: a native task (so101-reach, so101-push, so101-lift) or a prefixed one (gym:Pendulum-v1)"""
     algo: str = "ppo"
-    """learning algorithm: ppo | sac"""
+    """learning algorithm: ppo | sac | sft (flow policy from demonstrations) | flow-noise | flow-sde (flow-policy PPO)"""
     num_envs: int = 256
     total_steps: int = 1_000_000
     """environment steps to train for (summed over envs)"""
@@ -47,6 +50,16 @@ class TrainConfig:
     save_replay: bool = False
     """(sac) write the replay buffer with each checkpoint so that --resume continues without a cold buffer"""
     policy: ActorCriticConfig = field(default_factory=ActorCriticConfig)
+    flow: FlowPolicyConfig = field(default_factory=FlowPolicyConfig)
+    """(sft, flow-noise, flow-sde) the flow-matching action-chunk policy"""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    flow_ppo: FlowPPOConfig = field(default_factory=FlowPPOConfig)
+    dataset: str = ""
+    """(sft) LeRobotDataset directory written by `rlrobot collect` (or any dataset with matching features)"""
+    init: str = ""
+    """(flow-noise, flow-sde) start from this SFT (or flow-RL) checkpoint: a checkpoint or run directory"""
+    execute_steps: int = 0
+    """(flow policies) actions of each chunk executed open-loop before re-planning (0 = the whole chunk)"""
     logger: Literal["tensorboard", "wandb", "none"] = "tensorboard"
     wandb_project: str = "rlrobot"
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
@@ -86,12 +99,15 @@ class TrainConfig:
                                   ("control_mode", CONTROL_MODES)):
                 if getattr(self, name) not in allowed:
                     raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
-            if self.obs_mode == "rgb" and self.policy.obs_key == "state":
+            if self.obs_mode == "rgb" and self.policy.obs_key == "state" and self.algo not in FLOW_ALGORITHMS:
                 raise ValueError("obs_mode='rgb' gives no 'state' observation, and the MLP actor-critic reads "
                                  "policy.obs_key='state': use obs_mode='state' or 'state+rgb'")
         if self.num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {self.num_envs}")
-        if self.algo == "ppo":
+        if self.algo in FLOW_ALGORITHMS:
+            self.adopt_init_architecture()
+            self._validate_flow()
+        elif self.algo == "ppo":
             per_iteration = self.num_envs * self.ppo.num_steps
             if self.total_steps < per_iteration:
                 raise ValueError(f"total_steps={self.total_steps} is less than one rollout (num_envs x ppo.num_steps = "
@@ -106,10 +122,72 @@ class TrainConfig:
                 raise ValueError(f"total_steps={self.total_steps} is less than one iteration (num_envs x "
                                  f"sac.steps_per_iteration = {self.num_envs} x {self.sac.steps_per_iteration} = "
                                  f"{per_iteration})")
+        if self.algo in ("flow-noise", "flow-sde"):
+            per_iteration = self.steps_per_iteration()
+            if self.total_steps < per_iteration:
+                raise ValueError(f"total_steps={self.total_steps} is less than one rollout (num_envs x flow_ppo.num_steps "
+                                 f"x execute_steps = {per_iteration})")
+            if per_iteration // self.executed_steps() % self.flow_ppo.num_minibatches:
+                raise ValueError(f"num_envs x flow_ppo.num_steps must be divisible by flow_ppo.num_minibatches="
+                                 f"{self.flow_ppo.num_minibatches}")
         if self.eval_episodes < 1 or self.eval_envs < 1:
             raise ValueError("eval_episodes and eval_envs must be >= 1")
         if self.torch_threads < 1:
             raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
+
+    def _validate_flow(self) -> None:
+        from pathlib import Path
+
+        self.flow.validate()
+        if self.obs_mode == "rgb" and "state" in self.flow.obs_keys:
+            raise ValueError("obs_mode='rgb' gives no 'state' observation; set flow.obs_keys to image keys "
+                             "(e.g. image_front image_wrist) or use obs_mode='state+rgb'")
+        if not 0 <= self.execute_steps <= self.flow.chunk_size:
+            raise ValueError(f"execute_steps={self.execute_steps} must be in [0, flow.chunk_size={self.flow.chunk_size}] "
+                             "(0 = the whole chunk)")
+        episode = self.max_episode_steps or _default_episode_steps(self.task)
+        if episode and self.flow.chunk_size > episode:
+            raise ValueError(f"flow.chunk_size={self.flow.chunk_size} is larger than the episode of {self.task} "
+                             f"({episode} steps)")
+        if self.algo == "sft":
+            self.sft.validate()
+            if not self.dataset:
+                raise ValueError("algo='sft' needs --dataset DIR (a LeRobotDataset, e.g. from `rlrobot collect`)")
+            if not (Path(self.dataset) / "meta" / "info.json").is_file():
+                raise FileNotFoundError(f"dataset={self.dataset!r} is not a LeRobotDataset (no meta/info.json)")
+        else:
+            self.flow_ppo.validate()
+
+    def adopt_init_architecture(self) -> None:
+        """Flow-policy RL fine-tunes the ``--init`` checkpoint: its flow-policy architecture (and execute steps, unless
+        given) become this run's, and a checkpoint of another policy type is refused, before any compute."""
+        if self.algo not in ("flow-noise", "flow-sde") or not self.init or self.resume:
+            return
+        from rlrobot.runners.checkpoint import load_config
+
+        saved = load_config(self.init)  # FileNotFoundError naming the path
+        cls = saved.get("policy_class", "ActorCritic")
+        if cls != "FlowPolicy":
+            raise ValueError(f"init={self.init!r} holds a {cls} policy; algo={self.algo!r} fine-tunes a FlowPolicy "
+                             "(train one first with --algo sft)")
+        init_cfg = TrainConfig.from_dict(saved["train"])
+        self.flow = init_cfg.flow
+        if self.execute_steps == 0:
+            self.execute_steps = init_cfg.execute_steps
+
+    def executed_steps(self) -> int:
+        """Actions executed per flow-policy chunk."""
+        return self.execute_steps or self.flow.chunk_size
+
+    def steps_per_iteration(self) -> int:
+        """Env steps per runner iteration (summed over envs)."""
+        if self.algo == "ppo":
+            return self.num_envs * self.ppo.num_steps
+        if self.algo == "sac":
+            return self.num_envs * self.sac.steps_per_iteration
+        if self.algo == "sft":
+            return 0
+        return self.num_envs * self.flow_ppo.num_steps * self.executed_steps()
 
     def run_dir(self) -> str:
         return self.out or f"runs/{self.task.replace(':', '_')}-{self.algo}-s{self.seed}"
@@ -120,9 +198,19 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         d = dict(d)
-        ppo = PPOConfig(**d.pop("ppo"))
-        sac = SACConfig(**d.pop("sac", {}))  # runs from before SAC existed have no "sac" section
-        pol = d.pop("policy")
-        pol = {k: tuple(v) if isinstance(v, list) else v for k, v in pol.items()}
+        sections = {"ppo": PPOConfig, "sac": SACConfig, "policy": ActorCriticConfig, "flow": FlowPolicyConfig,
+                    "sft": SFTConfig, "flow_ppo": FlowPPOConfig}
+        # sections missing from older runs take their defaults; lists from JSON become the tuples they were
+        built = {name: kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.pop(name, {}).items()})
+                 for name, kind in sections.items()}
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(ppo=ppo, sac=sac, policy=ActorCriticConfig(**pol), **{k: v for k, v in d.items() if k in known})
+        return cls(**built, **{k: v for k, v in d.items() if k in known})
+
+
+def _default_episode_steps(task: str) -> int | None:
+    if ":" in task:
+        return None
+    from rlrobot.tasks.so101 import TASKS
+
+    cls = TASKS.get(task)
+    return cls.default_max_episode_steps if cls is not None else None

@@ -25,14 +25,16 @@ from rlrobot.runners.evaluation import evaluate
 
 console = Console()
 
-POLICY_CLASSES = {"ppo": "ActorCritic", "sac": "SACPolicy"}
+POLICY_CLASSES = {"ppo": "ActorCritic", "sac": "SACPolicy", "sft": "FlowPolicy", "flow-noise": "FlowPolicy",
+                  "flow-sde": "FlowPolicy"}
 
 
 def policy_metadata(cfg: TrainConfig, env) -> dict[str, Any]:
+    space = env.single_observation_space
     return {
         "policy_class": POLICY_CLASSES[cfg.algo],
         "task": cfg.task,
-        "obs_dim": int(env.single_observation_space[cfg.policy.obs_key].shape[0]),
+        "obs_dim": int(space["state"].shape[0]) if "state" in space.spaces else None,
         "action_dim": int(env.single_action_space.shape[0]),
         "observation_space": {k: list(v.shape) for k, v in env.single_observation_space.spaces.items()},
         "action_space": list(env.single_action_space.shape),
@@ -45,6 +47,7 @@ def policy_metadata(cfg: TrainConfig, env) -> dict[str, Any]:
 def build_policy(meta: dict[str, Any], cfg: TrainConfig) -> torch.nn.Module:
     """The policy a checkpoint's metadata describes, built from the run's config (weights loaded by the caller)."""
     from rlrobot.policies.actor_critic import ActorCritic
+    from rlrobot.policies.flow import FlowPolicy
     from rlrobot.policies.sac_policy import SACPolicy
 
     cls = meta.get("policy_class", "ActorCritic")
@@ -52,6 +55,11 @@ def build_policy(meta: dict[str, Any], cfg: TrainConfig) -> torch.nn.Module:
         return ActorCritic(meta["obs_dim"], meta["action_dim"], cfg.policy)
     if cls == "SACPolicy":
         return SACPolicy(meta["obs_dim"], meta["action_dim"], cfg.policy, cfg.sac.num_critics, cfg.sac.critic_layer_norm)
+    if cls == "FlowPolicy":
+        shapes = {k: tuple(v) for k, v in meta["observation_space"].items()}
+        policy = FlowPolicy(shapes, meta["action_dim"], cfg.flow)
+        policy.execute_steps = cfg.executed_steps()  # evaluation and serving run chunks open-loop this long
+        return policy
     raise ValueError(f"policy_class={cls!r} is not one of {sorted(set(POLICY_CLASSES.values()))}")
 
 
@@ -108,6 +116,19 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def restore_trainer_state(self, ckpt: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         ...
+
+    @property
+    def total_iterations(self) -> int:
+        return self.cfg.total_steps // self.steps_per_iteration
+
+    @property
+    def log_step(self) -> int:
+        """x-axis of the logs: env steps (gradient steps for runners that do not step the env)."""
+        return self.env_steps
+
+    def status_line(self, metrics: dict[str, float]) -> str:
+        return (f"{metrics['perf/env_steps_per_s']:,.0f} steps/s  return {metrics['train/return']:.2f}  "
+                f"success {metrics['train/success']:.2f}")
 
     def after_restore(self, ckpt: Path) -> None:
         """Called once the env and RNG are restored (e.g. to report a cold replay buffer); optional."""
@@ -170,15 +191,15 @@ class Runner(abc.ABC):
         logger = Logger(self.out, cfg.logger, self.config_dict(), cfg.wandb_project, cfg.wandb_mode,
                         run_name=self.out.name)
         per_iteration = self.steps_per_iteration
-        total_iterations = cfg.total_steps // per_iteration
+        total_iterations = self.total_iterations
         eval_result: dict[str, Any] = {}
-        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} steps"),
-                            TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), console=console,
-                            disable=not console.is_terminal)
+        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                            TextColumn("{task.completed:,}/{task.total:,} iterations"), TextColumn("{task.fields[stats]}"),
+                            TimeElapsedColumn(), console=console, disable=not console.is_terminal)
         print_every = max(1, total_iterations // 100) if cfg.algo != "ppo" else 10
         try:
             with progress:
-                bar = progress.add_task(cfg.task, total=total_iterations * per_iteration, completed=self.env_steps, stats="")
+                bar = progress.add_task(cfg.task, total=total_iterations, completed=self.iteration, stats="")
                 while self.iteration < total_iterations:
                     start = time.perf_counter()
                     iteration_metrics = self.train_iteration()
@@ -190,26 +211,26 @@ class Runner(abc.ABC):
                         "train/return": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0,
                         "train/success": float(np.mean(self.recent_success)) if self.recent_success else 0.0,
                         "perf/env_steps_per_s": per_iteration / elapsed,
+                        "perf/iterations_per_s": 1.0 / elapsed,
                         "time/wall": self.wall_time,
                         **iteration_metrics,
                     }
-                    logger.log(metrics, self.env_steps)
-                    progress.update(bar, completed=self.env_steps, stats=(
-                        f"{metrics['perf/env_steps_per_s']:,.0f} steps/s  return {metrics['train/return']:.2f}  "
-                        f"success {metrics['train/success']:.2f}"))
+                    logger.log(metrics, self.log_step)
+                    progress.update(bar, completed=self.iteration, stats=self.status_line(metrics))
                     if not console.is_terminal and (self.iteration % print_every == 0 or self.iteration == total_iterations):
                         console.print(f"iter {self.iteration}/{total_iterations}  steps {self.env_steps:,}  "
-                                      f"{metrics['perf/env_steps_per_s']:,.0f} steps/s  return {metrics['train/return']:.2f}  "
-                                      f"success {metrics['train/success']:.2f}  t {self.wall_time:.0f}s")
+                                      f"{self.status_line(metrics)}  t {self.wall_time:.0f}s")
                     if cfg.eval_every and self.iteration % cfg.eval_every == 0 and self.iteration < total_iterations:
                         eval_result = self.evaluate(video=False)
-                        logger.log({f"eval/{k}": v for k, v in eval_result.items() if isinstance(v, float)}, self.env_steps)
+                        logger.log({f"eval/{k}": v for k, v in eval_result.items() if isinstance(v, float)}, self.log_step)
+                        console.print(f"eval at iteration {self.iteration}: success {eval_result['success_rate']:.3f}, "
+                                      f"return {eval_result['return_mean']:.2f}")
                     if self.iteration % cfg.checkpoint_every == 0 or self.iteration == total_iterations:
                         self.save()
             eval_result = self.evaluate(video=cfg.video)
-            logger.log({f"eval/{k}": v for k, v in eval_result.items() if isinstance(v, float)}, self.env_steps)
+            logger.log({f"eval/{k}": v for k, v in eval_result.items() if isinstance(v, float)}, self.log_step)
             if "video" in eval_result:
-                logger.log_video(Path(eval_result["video"]), self.env_steps)
+                logger.log_video(Path(eval_result["video"]), self.log_step)
         finally:
             logger.close()
         curve = plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png", title=cfg.task)
@@ -238,7 +259,15 @@ class Runner(abc.ABC):
 
 
 def make_runner(cfg: TrainConfig) -> Runner:
-    """The runner of ``cfg.algo``: on-policy (PPO) or off-policy (SAC)."""
+    """The runner of ``cfg.algo``: on-policy (PPO), off-policy (SAC), flow SFT, or flow-policy PPO."""
+    if cfg.algo == "sft":
+        from rlrobot.runners.sft import SFTRunner
+
+        return SFTRunner(cfg)
+    if cfg.algo in ("flow-noise", "flow-sde"):
+        from rlrobot.runners.flow_on_policy import FlowOnPolicyRunner
+
+        return FlowOnPolicyRunner(cfg)
     if cfg.algo == "sac":
         from rlrobot.runners.off_policy import OffPolicyRunner
 

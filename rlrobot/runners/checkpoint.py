@@ -137,6 +137,11 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
     return load_file(ckpt / "model.safetensors"), json.loads((ckpt / "config.json").read_text()), ckpt
 
 
+def load_config(path: str | Path) -> dict[str, Any]:
+    """The config.json of a checkpoint (without loading its weights)."""
+    return json.loads((resolve_checkpoint(path) / "config.json").read_text())
+
+
 def load_trainer_state(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     if not (ckpt / "trainer.safetensors").is_file():
         raise FileNotFoundError(f"{ckpt} holds weights only (no trainer state): it cannot be resumed")

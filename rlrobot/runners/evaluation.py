@@ -1,4 +1,8 @@
-"""Deterministic evaluation: success rate, mean return, and a video of env 0."""
+"""Deterministic evaluation: success rate, mean return, and a video of env 0.
+
+Action-chunk policies (anything with ``sample_actions``) run open-loop for ``execute_steps`` actions of each chunk,
+then re-plan; an env whose episode ends re-plans at once from its new episode's first observation.
+"""
 
 from __future__ import annotations
 
@@ -24,9 +28,15 @@ def evaluate(policy, env: VecEnv, episodes: int, seed: int = 10_000, video_path:
     lengths: list[int] = []
     success: list[bool] = []
     max_iters = episodes * env.max_episode_steps + env.max_episode_steps  # bounded even if envs never finish
+    chunked = ChunkedActor(policy, env.num_envs) if hasattr(policy, "sample_actions") else None
     for _ in range(max_iters):
-        action = policy.act(obs, deterministic=deterministic)
-        obs, _, _, _, info = env.step(action)
+        if chunked is not None:
+            action = chunked.act(obs, deterministic=deterministic)
+        else:
+            action = policy.act(obs, deterministic=deterministic)
+        obs, _, terminated, truncated, info = env.step(action)
+        if chunked is not None:
+            chunked.episode_done(terminated | truncated)
         if "episode" in info:
             ep = info["episode"]
             returns += ep["return"].tolist()
@@ -45,3 +55,30 @@ def evaluate(policy, env: VecEnv, episodes: int, seed: int = 10_000, video_path:
     if recorder is not None:
         result["video"] = str(recorder.save(video_path))
     return result
+
+
+class ChunkedActor:
+    """Per-env queues of planned actions for a chunk policy, all planned in one batched call when any env needs one."""
+
+    def __init__(self, policy, num_envs: int, execute_steps: int | None = None):
+        self.policy = policy
+        self.execute_steps = execute_steps or getattr(policy, "execute_steps", None) or policy.chunk_size
+        self.plan: torch.Tensor | None = None
+        self.position = torch.full((num_envs,), self.execute_steps, dtype=torch.long)
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
+        need = self.position >= self.execute_steps
+        if bool(need.any()):
+            chunk = self.policy.sample_actions(obs, deterministic=deterministic)
+            self.position = self.position.to(chunk.device)
+            need = need.to(chunk.device)
+            self.plan = chunk if self.plan is None else torch.where(need[:, None, None], chunk, self.plan)
+            self.position[need] = 0
+        rows = torch.arange(len(self.position), device=self.position.device)
+        action = self.plan[rows, self.position]
+        self.position += 1
+        return action.clamp(-1.0, 1.0)
+
+    def episode_done(self, done: torch.Tensor) -> None:
+        self.position[done.to(self.position.device)] = self.execute_steps

@@ -1,0 +1,315 @@
+"""Flow-matching action-chunk policy (openpi / pi0 conventions) and the sampling steps that flow-policy RL needs.
+
+Time runs from t = 1 (pure noise) to t = 0 (the action chunk): x_t = t * eps + (1 - t) * a, and the network predicts
+the velocity v = eps - a. Sampling takes K Euler steps on the grid t_k = linspace(1, 1/K, K) followed by 0.
+
+Every denoising step can be deterministic (the ODE, for evaluation and SFT) or a Gaussian transition whose mean and
+std come from one of the two pi_RL recipes (ALGORITHMS.md):
+
+* ``noise`` (Flow-Noise): the ODE mean with a learned std from a small noise head on the velocity network's features;
+* ``sde`` (Flow-SDE): the Euler-Maruyama step of the reverse SDE with the same marginals, std sqrt(delta) * sigma_t,
+  sigma_t = a * sqrt(t / (1 - t)).
+
+Because every step of the chain is Gaussian given the previous state, the log-likelihood of a stored chain is exact
+and can be recomputed under new parameters: that is what the PPO ratio of Flow-Noise / Flow-SDE PPO uses. The RL code
+only needs the ``FlowPolicy`` protocol below (``encode``, ``velocity``, ``noise_std``, ``value_from_embedding``), so a
+thin adapter can expose a VLA's action expert the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from .actor_critic import ACTIVATIONS, mlp
+
+SAMPLE_MODES = ("ode", "noise", "sde")
+
+
+@dataclass
+class FlowPolicyConfig:
+    chunk_size: int = 5
+    """H: actions per chunk"""
+    num_steps: int = 4
+    """K: Euler denoising steps"""
+    obs_keys: tuple[str, ...] = ("state",)
+    """observation keys the encoder reads: "state" and/or image keys such as "image_front" """
+    state_hidden: tuple[int, ...] = (256, 256)
+    embed_dim: int = 256
+    """observation embedding size"""
+    time_embed_dim: int = 64
+    velocity_hidden: tuple[int, ...] = (512, 512, 512)
+    activation: str = "silu"
+    image_channels: tuple[int, ...] = (32, 64, 64)
+    """channels of the small CNN per camera (images only)"""
+    noise_hidden: tuple[int, ...] = (128, 64)
+    """Flow-Noise head on the velocity network's last features"""
+    noise_std_min: float = 0.08
+    noise_std_max: float = 0.16
+    value_hidden: tuple[int, ...] = (256, 256)
+    """value head on the detached observation embedding (used by flow-policy PPO)"""
+
+    def validate(self) -> None:
+        if self.chunk_size < 1:
+            raise ValueError(f"flow.chunk_size must be >= 1, got {self.chunk_size}")
+        if self.num_steps < 1:
+            raise ValueError(f"flow.num_steps (K, the denoising steps) must be >= 1, got {self.num_steps}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"flow.activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
+        if not 0 < self.noise_std_min <= self.noise_std_max:
+            raise ValueError(f"flow.noise_std_min / noise_std_max must satisfy 0 < min <= max, got "
+                             f"{self.noise_std_min} / {self.noise_std_max}")
+        if not self.obs_keys:
+            raise ValueError("flow.obs_keys must name at least one observation key")
+
+
+@runtime_checkable
+class FlowPolicyProtocol(Protocol):
+    """What Flow-Noise / Flow-SDE PPO use; VLA adapters implement the same."""
+
+    chunk_size: int
+    action_dim: int
+    num_steps: int
+
+    def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+    def velocity(self, x_t: torch.Tensor, t: torch.Tensor, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def noise_std(self, features: torch.Tensor) -> torch.Tensor: ...
+
+    def value_from_embedding(self, emb: torch.Tensor) -> torch.Tensor: ...
+
+
+def time_grid(num_steps: int, device: torch.device | None = None) -> torch.Tensor:
+    """openpi's grid: K points linspace(1, 1/K, K) then 0 (K + 1 values)."""
+    return torch.cat([torch.linspace(1.0, 1.0 / num_steps, num_steps, device=device), torch.zeros(1, device=device)])
+
+
+def sde_sigmas(grid: torch.Tensor, noise_level: float) -> torch.Tensor:
+    """sigma_t = a * sqrt(t / (1 - t)) at the K step starts; at t = 1 the denominator uses the next grid point."""
+    denom = torch.where(grid == 1.0, grid[1] if len(grid) > 2 else torch.zeros_like(grid[0]), grid)
+    return noise_level * torch.sqrt(grid / (1.0 - denom))[:-1]
+
+
+def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Elementwise log N(x; mean, std^2)."""
+    return -((x - mean) / std).square() / 2 - std.log() - 0.5 * math.log(2 * math.pi)
+
+
+def sinusoidal_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
+    half = dim // 2
+    freqs = torch.exp(-math.log(1000.0) * torch.arange(half, device=t.device, dtype=t.dtype) / max(half - 1, 1))
+    angles = t[:, None] * freqs[None] * 2 * math.pi
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+class ImageEncoder(nn.Module):
+    """Small CNN for one uint8 camera image [B, 3, H, W] -> a feature vector."""
+
+    def __init__(self, channels: tuple[int, ...], out_dim: int, image_size: int):
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 3
+        for c in channels:
+            layers += [nn.Conv2d(c_in, c, 3, stride=2, padding=1), nn.GroupNorm(min(8, c), c), nn.SiLU()]
+            c_in = c
+        self.conv = nn.Sequential(*layers)
+        with torch.no_grad():
+            n = self.conv(torch.zeros(1, 3, image_size, image_size)).flatten(1).shape[1]
+        self.proj = nn.Linear(n, out_dim)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.conv(image.float() / 255.0 - 0.5).flatten(1))
+
+
+class FlowPolicy(nn.Module):
+    """Velocity network over flattened action chunks, conditioned on an observation embedding and a time embedding.
+
+    The state normaliser's mean / std are buffers set from the demonstration statistics (``set_state_stats``), so
+    they travel with the weights.
+    """
+
+    def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int, cfg: FlowPolicyConfig | None = None):
+        super().__init__()
+        cfg = cfg or FlowPolicyConfig()
+        cfg.validate()
+        missing = [k for k in cfg.obs_keys if k not in obs_shapes]
+        if missing:
+            raise ValueError(f"flow.obs_keys {missing} are not observations of this task; it has {sorted(obs_shapes)}")
+        self.cfg = cfg
+        self.obs_keys = tuple(cfg.obs_keys)
+        self.action_dim = action_dim
+        self.chunk_size = cfg.chunk_size
+        self.num_steps = cfg.num_steps
+        self.flat_dim = cfg.chunk_size * action_dim
+        act = cfg.activation
+        branches: dict[str, nn.Module] = {}
+        widths = 0
+        for key in self.obs_keys:
+            shape = obs_shapes[key]
+            if len(shape) == 1:
+                state_dim = shape[0]
+                self.register_buffer("state_mean", torch.zeros(state_dim))
+                self.register_buffer("state_std", torch.ones(state_dim))
+                branches[key] = mlp(state_dim, cfg.state_hidden[:-1], cfg.state_hidden[-1], act)
+                widths += cfg.state_hidden[-1]
+            elif len(shape) == 3:
+                branches[key] = ImageEncoder(cfg.image_channels, cfg.embed_dim, shape[-1])
+                widths += cfg.embed_dim
+            else:
+                raise ValueError(f"observation {key!r} has shape {shape}: expected a vector or a [3, H, W] image")
+        self.branches = nn.ModuleDict(branches)
+        self.fuse = nn.Sequential(nn.Linear(widths, cfg.embed_dim), nn.LayerNorm(cfg.embed_dim), ACTIVATIONS[act]())
+        self.time_mlp = nn.Sequential(nn.Linear(cfg.time_embed_dim, cfg.time_embed_dim), ACTIVATIONS[act]())
+        in_dim = self.flat_dim + cfg.time_embed_dim + cfg.embed_dim
+        trunk: list[nn.Module] = []
+        for h in cfg.velocity_hidden:
+            trunk += [nn.Linear(in_dim, h), ACTIVATIONS[act]()]
+            in_dim = h
+        self.trunk = nn.Sequential(*trunk)
+        self.velocity_out = nn.Linear(in_dim, self.flat_dim)
+        self.noise_head = mlp(in_dim, cfg.noise_hidden, self.flat_dim, "tanh")
+        self.value_head = mlp(cfg.embed_dim, cfg.value_hidden, 1, act)
+        self.log_var_min = 2 * math.log(cfg.noise_std_min)
+        self.log_var_max = 2 * math.log(cfg.noise_std_max)
+
+    # ------------------------------------------------------------------ the FlowPolicy protocol
+    def set_state_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        self.state_mean.copy_(mean)
+        self.state_std.copy_(std.clamp_min(1e-3))
+
+    def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        parts = []
+        for key in self.obs_keys:
+            x = obs[key]
+            if x.dim() == 2:
+                x = ((x - self.state_mean) / self.state_std).clamp(-10.0, 10.0)
+            parts.append(self.branches[key](x))
+        return self.fuse(torch.cat(parts, dim=-1))
+
+    def velocity(self, x_t: torch.Tensor, t: torch.Tensor, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """v(x_t, t | obs) on flattened chunks [B, H*A]; also returns the trunk features (input of the noise head)."""
+        temb = self.time_mlp(sinusoidal_embedding(t, self.cfg.time_embed_dim))
+        features = self.trunk(torch.cat([x_t, temb, emb], dim=-1))
+        return self.velocity_out(features), features
+
+    def noise_std(self, features: torch.Tensor) -> torch.Tensor:
+        """Flow-Noise std: tanh output mapped linearly into [log sigma_min^2, log sigma_max^2]."""
+        u = torch.tanh(self.noise_head(features))
+        log_var = self.log_var_min + (u + 1.0) * 0.5 * (self.log_var_max - self.log_var_min)
+        return torch.exp(0.5 * log_var)
+
+    def value_from_embedding(self, emb: torch.Tensor) -> torch.Tensor:
+        return self.value_head(emb.detach()).squeeze(-1)  # the critic does not shape the policy's encoder
+
+    # ------------------------------------------------------------------ training and sampling
+    def flow_matching_loss(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, t: torch.Tensor,
+                           noise: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """|| v(x_t, t) - (eps - a) ||^2 on chunks [B, H, A]; ``mask`` [B, H] drops padded steps past an episode."""
+        a = actions.reshape(len(actions), -1)
+        eps = noise.reshape(len(noise), -1)
+        x_t = t[:, None] * eps + (1 - t[:, None]) * a
+        v, _ = self.velocity(x_t, t, self.encode(obs))
+        err = (v - (eps - a)).square().reshape(actions.shape)
+        if mask is None:
+            return err.mean()
+        m = mask[:, :, None].to(err.dtype)
+        return (err * m).sum() / (m.sum() * actions.shape[-1]).clamp_min(1.0)
+
+    def step_distribution(self, x_t: torch.Tensor, k: torch.Tensor, emb: torch.Tensor, mode: str,
+                          noise_level: float = 0.5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Mean and std of step k (x at t_k -> x at t_{k+1}) for each row (``k`` an int64 tensor [B]), and the ODE
+        step's mean from the same velocity (the deterministic steps of hybrid Flow-SDE). ``ode`` gives std 0."""
+        grid = time_grid(self.num_steps, x_t.device)
+        t = grid[k]
+        delta = (t - grid[k + 1])[:, None]
+        v, features = self.velocity(x_t, t, emb)
+        t = t[:, None]
+        a_hat = x_t - t * v
+        eps_hat = x_t + (1.0 - t) * v
+        ode_mean = a_hat * (1.0 - (t - delta)) + eps_hat * (t - delta)  # = x_t - delta * v
+        if mode == "sde":
+            sigma = sde_sigmas(grid, noise_level)[k][:, None]
+            mean = a_hat * (1.0 - (t - delta)) + eps_hat * ((t - delta) - sigma.square() * delta / (2.0 * t))
+            std = (delta.sqrt() * sigma).expand_as(mean)
+        else:
+            mean = ode_mean
+            std = self.noise_std(features) if mode == "noise" else torch.zeros_like(mean)
+        return mean, std, ode_mean
+
+    def sample_chain(self, obs: dict[str, torch.Tensor], mode: str = "ode", noise_level: float = 0.5,
+                     stochastic_steps: torch.Tensor | None = None, generator: torch.Generator | None = None,
+                     emb: torch.Tensor | None = None, x_init: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Integrate noise -> chunk. Returns the chain [B, K + 1, H*A] (x at t_0 = 1 ... x at t_K = 0) and the
+        elementwise log-density of every stochastic transition [B, K, H*A] (zero for deterministic steps).
+
+        ``stochastic_steps`` [B, K] bool selects which steps draw noise (default: all of them unless ``mode`` is
+        ``ode``); hybrid Flow-SDE passes one True per row. ``x_init`` replaces the initial noise draw.
+        """
+        if mode not in SAMPLE_MODES:
+            raise ValueError(f"mode={mode!r} is not one of {SAMPLE_MODES}")
+        emb = self.encode(obs) if emb is None else emb
+        batch = emb.shape[0]
+        x = torch.randn(batch, self.flat_dim, device=emb.device, generator=generator) if x_init is None else x_init
+        chain = [x]
+        log_probs = []
+        for k in range(self.num_steps):
+            ks = torch.full((batch,), k, device=emb.device, dtype=torch.long)
+            mean, std, ode_mean = self.step_distribution(x, ks, emb, mode, noise_level)
+            if mode == "ode":
+                x = mean
+                log_probs.append(torch.zeros_like(mean))
+            else:
+                active = torch.ones(batch, 1, dtype=torch.bool, device=emb.device) if stochastic_steps is None \
+                    else stochastic_steps[:, k:k + 1]
+                drawn = mean + std * torch.randn(mean.shape, device=emb.device, generator=generator)
+                x = torch.where(active, drawn, ode_mean)
+                log_probs.append(torch.where(active, gaussian_log_prob(x, mean, std.clamp_min(1e-12)),
+                                             torch.zeros_like(mean)))
+            chain.append(x)
+        return torch.stack(chain, dim=1), torch.stack(log_probs, dim=1)
+
+    def chain_log_prob(self, obs: dict[str, torch.Tensor], chain: torch.Tensor, steps: torch.Tensor, mode: str,
+                       noise_level: float = 0.5, emb: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Elementwise log-densities of the stored transitions ``steps`` [B, S] (indices into the K steps) of
+        ``chain`` [B, K + 1, D] under the current parameters: returns (log_prob [B, S, D], std [B, S, D], emb).
+        All S steps of all rows are evaluated in one batched pass."""
+        emb = self.encode(obs) if emb is None else emb
+        batch, num = steps.shape
+        x_in = chain.gather(1, steps[:, :, None].expand(-1, -1, chain.shape[-1]))
+        x_out = chain.gather(1, (steps + 1)[:, :, None].expand(-1, -1, chain.shape[-1]))
+        mean, std, _ = self.step_distribution(x_in.reshape(batch * num, -1), steps.reshape(-1),
+                                              emb.repeat_interleave(num, dim=0), mode, noise_level)
+        mean, std = mean.reshape(batch, num, -1), std.reshape(batch, num, -1)
+        return gaussian_log_prob(x_out, mean, std), std, emb
+
+    @torch.no_grad()
+    def sample_actions(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
+        """Action chunks [B, H, A]. Deterministic (evaluation): the ODE from the noise distribution's mode x = 0, so
+        the same observation always gives the same chunk. Otherwise: random initial noise and Flow-Noise steps."""
+        if deterministic:
+            emb = self.encode(obs)
+            chain, _ = self.sample_chain(obs, "ode", emb=emb, x_init=torch.zeros(len(emb), self.flat_dim, device=emb.device))
+        else:
+            chain, _ = self.sample_chain(obs, "noise")
+        return chain[:, -1].reshape(-1, self.chunk_size, self.action_dim)
+
+    def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.value_from_embedding(self.encode(obs))
+
+    def forward(self, state: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Deterministic chunk [B, H, A] from a raw state and the initial noise (for export / serving)."""
+        emb = self.encode({self.obs_keys[0]: state})
+        x = noise.reshape(len(noise), -1)
+        grid = time_grid(self.num_steps, x.device)
+        for k in range(self.num_steps):
+            t = grid[k].expand(len(x))
+            v, _ = self.velocity(x, t, emb)
+            x = x - (grid[k] - grid[k + 1]) * v
+        return x.reshape(-1, self.chunk_size, self.action_dim)

@@ -1,0 +1,213 @@
+"""Flow-Noise PPO and Flow-SDE PPO (pi_RL) for flow-matching action-chunk policies, top to bottom.
+
+One PPO sample is one action chunk. The "action" whose likelihood PPO needs is the whole denoising chain
+x(t=1) -> ... -> x(t=0): every step of it is a Gaussian transition, so the chain's log-likelihood is exact.
+
+* ``flow-noise``: every step draws noise with a learned std (noise head, bounded in [sigma_min, sigma_max]);
+  the log-prob is the mean of the per-step log-densities (RLinf's joint log-prob), plus an entropy bonus on the
+  noise head.
+* ``flow-sde``: the Euler-Maruyama step of the reverse SDE with sigma_t = a * sqrt(t / (1 - t)). ``hybrid`` makes one
+  random step per sample stochastic and keeps that step's log-prob (RLinf's ODE-SDE mix); ``full`` makes all steps
+  stochastic and averages their log-probs.
+
+Ratios per chunk (log-probs summed over the executed actions x action dims) or per action element; dual-clip
+surrogate; clipped value loss on a value head over the detached observation embedding; GAE over chunks, whose reward
+is the sum of their step rewards (time-outs bootstrapped by the runner with V(final_obs)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rlrobot.data.rollout_storage import ChunkRolloutStorage
+from rlrobot.policies.flow import FlowPolicy, gaussian_log_prob
+
+FLOW_VARIANTS = {"flow-noise": "noise", "flow-sde": "sde"}
+SDE_MODES = ("hybrid", "full")
+LR_SCHEDULES = ("adaptive", "fixed")
+RATIO_LEVELS = ("chunk", "element")
+
+
+@dataclass
+class FlowPPOConfig:
+    num_steps: int = 8
+    """chunks per env per rollout"""
+    num_epochs: int = 4
+    num_minibatches: int = 4
+    clip: float = 0.2
+    dual_clip: float = 3.0
+    value_clip: float = 0.2
+    gamma: float = 0.99
+    """discount per chunk"""
+    lam: float = 0.95
+    value_coef: float = 1.0
+    entropy_coef: float = 0.005
+    """(flow-noise) bonus on the noise head's Gaussian entropy"""
+    lr: float = 1e-4
+    """policy (encoder, velocity network, noise head); the starting value when lr_schedule is adaptive"""
+    lr_schedule: str = "adaptive"
+    """adaptive: RSL-RL's rule on the policy lr (KL > 2x desired_kl: / 1.5; < desired_kl / 2: x 1.5) | fixed"""
+    desired_kl: float = 0.02
+    """per-chunk KL(old || new) target of the adaptive schedule"""
+    lr_min: float = 1e-6
+    lr_max: float = 1e-3
+    value_lr: float = 1e-3
+    max_grad_norm: float = 1.0
+    ratio_level: str = "chunk"
+    """chunk: one ratio per chunk | element: one ratio per action element (same advantage)"""
+    sde_mode: str = "hybrid"
+    """(flow-sde) hybrid: one random stochastic step per sample | full: every step stochastic"""
+    noise_level: float = 0.5
+    """(flow-sde) a in sigma_t = a * sqrt(t / (1 - t))"""
+    critic_warmup_iterations: int = 0
+    """iterations that train only the value head (the SFT checkpoint has none)"""
+    normalize_advantages: bool = True
+
+    def validate(self) -> None:
+        for name in ("num_steps", "num_epochs", "num_minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"flow_ppo.{name} must be >= 1, got {getattr(self, name)}")
+        if self.sde_mode not in SDE_MODES:
+            raise ValueError(f"flow_ppo.sde_mode={self.sde_mode!r} is not one of {SDE_MODES}")
+        if self.ratio_level not in RATIO_LEVELS:
+            raise ValueError(f"flow_ppo.ratio_level={self.ratio_level!r} is not one of {RATIO_LEVELS}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"flow_ppo.lr_schedule={self.lr_schedule!r} is not one of {LR_SCHEDULES}")
+        if self.dual_clip <= 1.0:
+            raise ValueError(f"flow_ppo.dual_clip must be > 1, got {self.dual_clip}")
+        if self.noise_level <= 0:
+            raise ValueError(f"flow_ppo.noise_level must be > 0, got {self.noise_level}")
+
+
+class FlowPPO:
+    def __init__(self, policy: FlowPolicy, cfg: FlowPPOConfig, variant: str, execute_steps: int, device: torch.device):
+        if variant not in FLOW_VARIANTS:
+            raise ValueError(f"variant={variant!r} is not one of {sorted(FLOW_VARIANTS)}")
+        self.policy, self.cfg, self.device = policy, cfg, device
+        self.mode = FLOW_VARIANTS[variant]
+        self.execute_steps = execute_steps
+        self.executed_dim = execute_steps * policy.action_dim  # log-probs cover the executed part of the chunk
+        value_params = list(policy.value_head.parameters())
+        ids = {id(p) for p in value_params}
+        policy_params = [p for p in policy.parameters() if id(p) not in ids]
+        self.optimizer = torch.optim.Adam([{"params": policy_params, "lr": cfg.lr},
+                                           {"params": value_params, "lr": cfg.value_lr}])
+        # clipped apart: the value head sees a detached embedding, and its large early gradients must not shrink
+        # the policy's step through a shared norm
+        self.param_groups = (policy_params, value_params)
+        self.iterations = 0
+        self.lr = cfg.lr
+
+    @property
+    def num_logged_steps(self) -> int:
+        return 1 if self.mode == "sde" and self.cfg.sde_mode == "hybrid" else self.policy.num_steps
+
+    def stochastic_steps(self, batch: int, generator: torch.Generator | None) -> torch.Tensor:
+        """Indices [B, S] of the denoising steps that draw noise (and whose log-probs PPO uses)."""
+        k = self.policy.num_steps
+        if self.num_logged_steps == 1:
+            return torch.randint(k, (batch, 1), device=self.device, generator=generator)
+        return torch.arange(k, device=self.device).expand(batch, k)
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample chunks: returns (actions [B, H, A], chain, steps, per-element log-probs [B, E*A], value)."""
+        policy = self.policy
+        emb = policy.encode(obs)
+        batch = emb.shape[0]
+        steps = self.stochastic_steps(batch, generator)
+        mask = torch.zeros(batch, policy.num_steps, dtype=torch.bool, device=self.device)
+        mask.scatter_(1, steps, True)
+        chain, step_log_probs = policy.sample_chain(obs, self.mode, self.cfg.noise_level, mask, generator, emb=emb)
+        log_probs = step_log_probs.gather(1, steps[:, :, None].expand(-1, -1, step_log_probs.shape[-1]))
+        log_probs = log_probs[:, :, :self.executed_dim].mean(1)
+        actions = chain[:, -1].reshape(batch, policy.chunk_size, policy.action_dim)
+        return actions, chain, steps, log_probs, policy.value_from_embedding(emb)
+
+    def evaluate_chain(self, obs, chain, steps) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-element log-probs [B, E*A] of stored chains under the current parameters, entropy, value."""
+        log_probs, std, emb = self.policy.chain_log_prob(obs, chain, steps, self.mode, self.cfg.noise_level)
+        log_probs = log_probs[:, :, :self.executed_dim].mean(1)
+        entropy = (0.5 * torch.log(2 * torch.pi * torch.e * std.square())).mean()
+        return log_probs, entropy, self.policy.value_from_embedding(emb)
+
+    def update(self, storage: ChunkRolloutStorage, generator: torch.Generator | None = None) -> dict[str, float]:
+        cfg = self.cfg
+        stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0,
+                 "first_ratio_max_deviation": 0.0}
+        n = 0
+        if cfg.normalize_advantages:
+            adv = storage.advantages
+            storage.advantages = (adv - adv.mean()) / (adv.std() + 1e-8)
+        warmup = self.iterations < cfg.critic_warmup_iterations
+        for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
+            log_probs, entropy, value = self.evaluate_chain(mb["obs"], mb["chains"], mb["steps"])
+            adv = mb["advantages"]
+            if cfg.ratio_level == "chunk":
+                log_ratio = (log_probs - mb["log_probs"]).sum(-1)
+            else:
+                log_ratio = log_probs - mb["log_probs"]
+                adv = adv[:, None].expand_as(log_ratio)
+            ratio = torch.exp(log_ratio)
+            with torch.no_grad():
+                # k3 estimate of KL(old || new) per chunk, before this minibatch's step (Schulman's approximation)
+                chunk_log_ratio = log_ratio if log_ratio.dim() == 1 else log_ratio.sum(-1)
+                kl = self._reduce_mean(((chunk_log_ratio.exp() - 1) - chunk_log_ratio).mean())
+                if cfg.lr_schedule == "adaptive" and not warmup:
+                    if kl > 2.0 * cfg.desired_kl:
+                        self.lr = max(cfg.lr_min, self.lr / 1.5)
+                    elif kl < cfg.desired_kl / 2.0:
+                        self.lr = min(cfg.lr_max, self.lr * 1.5)
+                    self.optimizer.param_groups[0]["lr"] = self.lr
+            surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip))
+            # dual clip: for negative advantages bound the loss by -c * A (a huge ratio cannot dominate the batch)
+            surrogate = torch.where(adv < 0, torch.min(surrogate, -cfg.dual_clip * adv), surrogate).mean()
+            value_clipped = mb["values"] + (value - mb["values"]).clamp(-cfg.value_clip, cfg.value_clip)
+            value_loss = torch.max((value - mb["returns"]).square(), (value_clipped - mb["returns"]).square()).mean()
+            loss = cfg.value_coef * value_loss
+            if not warmup:
+                loss = loss + surrogate
+                if self.mode == "noise":
+                    loss = loss - cfg.entropy_coef * entropy
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self._reduce_gradients()
+            for params in self.param_groups:
+                nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            self.optimizer.step()
+            with torch.no_grad():
+                if n == 0:  # parameters are still the rollout's: every ratio must be 1 (a check on the log-probs)
+                    stats["first_ratio_max_deviation"] = (ratio - 1.0).abs().max().item()
+                stats["policy_loss"] += surrogate.item()
+                stats["value_loss"] += value_loss.item()
+                stats["entropy"] += entropy.item()
+                stats["approx_kl"] += float(kl)
+                stats["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip).float().mean().item()
+            n += 1
+        self.iterations += 1
+        out = {k: (v / n if k != "first_ratio_max_deviation" else v) for k, v in stats.items()}
+        out["critic_warmup"] = float(warmup)
+        out["lr"] = self.lr
+        return out
+
+    # Hooks for data-parallel training (torch.distributed); identity in one process.
+    def _reduce_mean(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def _reduce_gradients(self) -> None:
+        pass
+
+
+def chain_log_likelihood(policy: FlowPolicy, obs: dict[str, torch.Tensor], chain: torch.Tensor, mode: str,
+                         noise_level: float = 0.5) -> torch.Tensor:
+    """Exact log-likelihood of full stochastic chains [B, K + 1, D]: log N(x(t=1); 0, I) + sum_k log N(x_{k+1}; mu_k,
+    sigma_k^2), summed over elements -> [B]."""
+    k = policy.num_steps
+    steps = torch.arange(k, device=chain.device).expand(len(chain), k)
+    log_probs, _, _ = policy.chain_log_prob(obs, chain, steps, mode, noise_level)
+    initial = gaussian_log_prob(chain[:, 0], torch.zeros_like(chain[:, 0]), torch.ones_like(chain[:, 0]))
+    return initial.sum(-1) + log_probs.sum((1, 2))
