@@ -1,0 +1,8 @@
+"""Flow-Noise PPO on so101-lift from an SFT checkpoint (pass --init PATH): 64 envs, 10 chunks of 5 actions per env
+per rollout (3,200 env steps per iteration)."""
+
+from rlrobot.algorithms.flow_ppo import FlowPPOConfig
+from rlrobot.config import TrainConfig
+
+CONFIG = TrainConfig(task="so101-lift", algo="flow-noise", num_envs=64, total_steps=1_600_000,
+                     flow_ppo=FlowPPOConfig(num_steps=10, critic_warmup_iterations=2), eval_every=50, eval_episodes=64)
