@@ -40,6 +40,8 @@ def train(argv: list[str]) -> dict:
     from rlrobot.runners.base import make_runner
 
     summary = make_runner(cfg).learn()
+    if "eval" not in summary:  # a rank other than 0 of a distributed run: rank 0 reports
+        return summary
     ev = summary["eval"]
     console.print(f"[bold green]done[/] {summary['env_steps']:,} env steps in {summary['train_wall_time_s']:.0f} s; "
                   f"eval success {ev.get('success_rate', 0):.3f}, return {ev.get('return_mean', 0):.2f} "

@@ -35,6 +35,9 @@ class TrainConfig:
     backend: str | None = None
     """simulator backend (default: the task's own): mujoco | gymnasium"""
     device: str = "cpu"
+    distributed: bool = False
+    """data-parallel training across the processes torchrun starts (gloo on CPU, NCCL on cuda): each rank its own
+    num_envs envs and seed, gradients all-reduced; total_steps counts all ranks' env steps"""
     obs_mode: str = "state"
     reward_mode: str = "dense"
     control_mode: str = "ee_delta"

@@ -83,10 +83,12 @@ class FlowPPOConfig:
 
 
 class FlowPPO:
-    def __init__(self, policy: FlowPolicy, cfg: FlowPPOConfig, variant: str, execute_steps: int, device: torch.device):
+    def __init__(self, policy: FlowPolicy, cfg: FlowPPOConfig, variant: str, execute_steps: int, device: torch.device,
+                 sync=None):
         if variant not in FLOW_VARIANTS:
             raise ValueError(f"variant={variant!r} is not one of {sorted(FLOW_VARIANTS)}")
         self.policy, self.cfg, self.device = policy, cfg, device
+        self.sync = sync  # data-parallel reductions (rlrobot.runners.distributed); None in one process
         self.mode = FLOW_VARIANTS[variant]
         self.execute_steps = execute_steps
         self.executed_dim = execute_steps * policy.action_dim  # log-probs cover the executed part of the chunk
@@ -142,7 +144,8 @@ class FlowPPO:
         n = 0
         if cfg.normalize_advantages:
             adv = storage.advantages
-            storage.advantages = (adv - adv.mean()) / (adv.std() + 1e-8)
+            mean, std = self.sync.global_mean_std(adv) if self.sync else (adv.mean(), adv.std())
+            storage.advantages = (adv - mean) / (std + 1e-8)
         warmup = self.iterations < cfg.critic_warmup_iterations
         for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
             log_probs, entropy, value = self.evaluate_chain(mb["obs"], mb["chains"], mb["steps"])
@@ -194,12 +197,13 @@ class FlowPPO:
         out["lr"] = self.lr
         return out
 
-    # Hooks for data-parallel training (torch.distributed); identity in one process.
+    # data-parallel training: statistics averaged and gradients all-reduced across ranks
     def _reduce_mean(self, x: torch.Tensor) -> torch.Tensor:
-        return x
+        return self.sync.mean(x) if self.sync else x
 
     def _reduce_gradients(self) -> None:
-        pass
+        if self.sync:
+            self.sync.gradients(self.policy.parameters())
 
 
 def chain_log_likelihood(policy: FlowPolicy, obs: dict[str, torch.Tensor], chain: torch.Tensor, mode: str,

@@ -46,8 +46,9 @@ class PPOConfig:
 
 
 class PPO:
-    def __init__(self, policy: ActorCritic, cfg: PPOConfig, device: torch.device):
+    def __init__(self, policy: ActorCritic, cfg: PPOConfig, device: torch.device, sync=None):
         self.policy, self.cfg, self.device = policy, cfg, device
+        self.sync = sync  # data-parallel reductions (rlrobot.runners.distributed); None in one process
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
         self.lr = cfg.lr
 
@@ -66,7 +67,8 @@ class PPO:
         n = 0
         advantages = storage.advantages
         if cfg.normalize_advantages:
-            storage.advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            mean, std = self.sync.global_mean_std(advantages) if self.sync else (advantages.mean(), advantages.std())
+            storage.advantages = (advantages - mean) / (std + 1e-8)
         for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
             x = self.policy.features(mb["obs"])
             dist = self.policy.distribution(x)
@@ -112,9 +114,10 @@ class PPO:
         out["action_std"] = self.policy.log_std.exp().mean().item()
         return out
 
-    # Hooks for data-parallel training (torch.distributed); identity in a single process.
+    # data-parallel training: statistics averaged and gradients all-reduced across ranks
     def _reduce_mean(self, x: torch.Tensor) -> torch.Tensor:
-        return x
+        return self.sync.mean(x) if self.sync else x
 
     def _reduce_gradients(self) -> None:
-        pass
+        if self.sync:
+            self.sync.gradients(self.policy.parameters())

@@ -90,8 +90,9 @@ class SACConfig:
 
 
 class SAC:
-    def __init__(self, policy: SACPolicy, cfg: SACConfig, device: torch.device):
+    def __init__(self, policy: SACPolicy, cfg: SACConfig, device: torch.device, sync=None):
         self.policy, self.cfg, self.device = policy, cfg, device
+        self.sync = sync  # data-parallel: gradients all-reduced before each step (rlrobot.runners.distributed)
         self.actor_optimizer = torch.optim.Adam(policy.actor.parameters(), lr=cfg.actor_lr, **_fast_adam(device))
         self.critic_optimizer = torch.optim.Adam(policy.critic.parameters(), lr=cfg.critic_lr, **_fast_adam(device))
         self.log_alpha = torch.tensor(float(torch.log(torch.tensor(cfg.init_alpha))), device=device, requires_grad=True)
@@ -129,6 +130,7 @@ class SAC:
         critic_loss = (q - target).square().mean(1).sum()
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
+        self._reduce_gradients(policy.critic.parameters())
         if cfg.max_grad_norm > 0:
             nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
         self.critic_optimizer.step()
@@ -143,6 +145,7 @@ class SAC:
             actor_loss = (self.alpha * log_prob - q_pi).mean()
             self.actor_optimizer.zero_grad(set_to_none=True)
             actor_loss.backward()
+            self._reduce_gradients(policy.actor.parameters())
             if cfg.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(policy.actor.parameters(), cfg.max_grad_norm)
             self.actor_optimizer.step()
@@ -153,6 +156,7 @@ class SAC:
                 alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
                 self.alpha_optimizer.zero_grad(set_to_none=True)
                 alpha_loss.backward()
+                self._reduce_gradients([self.log_alpha])
                 self.alpha_optimizer.step()
                 stats["alpha_loss"] = alpha_loss.detach()
 
@@ -162,6 +166,11 @@ class SAC:
         self.num_updates += 1
         stats["alpha"] = self.alpha
         return stats
+
+
+    def _reduce_gradients(self, params) -> None:
+        if self.sync:
+            self.sync.gradients(params)
 
 
 def _fast_adam(device: torch.device) -> dict[str, bool]:

@@ -49,8 +49,9 @@ def sample_time(batch: int, how: str, generator: torch.Generator, device: torch.
 
 
 class FlowSFT:
-    def __init__(self, policy, demos: Demonstrations, cfg: SFTConfig, device: torch.device):
+    def __init__(self, policy, demos: Demonstrations, cfg: SFTConfig, device: torch.device, sync=None):
         self.policy, self.demos, self.cfg, self.device = policy, demos, cfg, device
+        self.sync = sync  # data-parallel: each rank draws its own minibatches, gradients are averaged
         self.obs = {k: v.to(device) for k, v in demos.obs.items()}
         self.chunks = demos.chunks.to(device)
         self.mask = demos.mask.to(device)
@@ -82,6 +83,8 @@ class FlowSFT:
             loss = policy.flow_matching_loss({k: v[idx] for k, v in self.obs.items()}, chunks, t, noise, self.mask[idx])
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if self.sync:
+                self.sync.gradients(policy.parameters())
             torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
             self.optimizer.step()
             self.updates += 1

@@ -84,9 +84,19 @@ class Runner(abc.ABC):
         self.out = Path(cfg.run_dir())
         self.ckpt_dir = self.out / "checkpoints"
         torch.set_num_threads(cfg.torch_threads)
-        torch.manual_seed(cfg.seed)
-        self.device = torch.device(cfg.device)
-        self.env = rlrobot.make(cfg.task, cfg.num_envs, backend=cfg.backend, device=self.device, seed=cfg.seed,
+        if cfg.distributed:
+            from rlrobot.runners.distributed import init_distributed
+
+            self.sync, self.device = init_distributed(cfg.device)
+        else:
+            from rlrobot.runners.distributed import NoSync
+
+            self.sync, self.device = NoSync(), torch.device(cfg.device)
+        self.is_main = self.sync.rank == 0
+        # each rank its own env batch, seed and exploration noise; parameters are broadcast from rank 0 at start
+        self.seed = cfg.seed + 1000 * self.sync.rank
+        torch.manual_seed(self.seed)
+        self.env = rlrobot.make(cfg.task, cfg.num_envs, backend=cfg.backend, device=self.device, seed=self.seed,
                                 **cfg.task_options())
         self.meta = policy_metadata(cfg, self.env)
         self.policy: torch.nn.Module
@@ -119,7 +129,17 @@ class Runner(abc.ABC):
 
     @property
     def total_iterations(self) -> int:
-        return self.cfg.total_steps // self.steps_per_iteration
+        """``total_steps`` counts env steps over all ranks."""
+        return self.cfg.total_steps // (self.steps_per_iteration * self.sync.world_size)
+
+    @property
+    def data_parallel(self):
+        """The sync object algorithms reduce through (None in one process)."""
+        return self.sync if self.sync.world_size > 1 else None
+
+    def gather_obs(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Every rank's observations (for the normaliser, which must see the same data on every rank)."""
+        return {k: self.sync.gather(v) for k, v in obs.items()}
 
     @property
     def log_step(self) -> int:
@@ -162,13 +182,14 @@ class Runner(abc.ABC):
         self.restore_trainer_state(ckpt, tensors, meta)
         self.iteration, self.env_steps, self.wall_time = meta["iteration"], meta["env_steps"], meta["wall_time"]
         torch.set_rng_state(tensors["rng.torch"])
-        if meta["env_state"] is not None and hasattr(self.env, "set_state"):
+        if meta["env_state"] is not None and hasattr(self.env, "set_state") and self.is_main:
             arrays = {k: tensors[f"env.{k}"].numpy() for k in meta["env_state"]["keys"]}
             self.env.set_state({"arrays": arrays, "rng": meta["env_state"]["rng"]})
             self.obs = self.env.observe()
-        else:  # adapters without state access restart their episodes
-            self.obs, _ = self.env.reset(seed=self.cfg.seed + self.iteration)
-        console.print(f"resumed {ckpt} at iteration {self.iteration} ({self.env_steps} env steps)")
+        else:  # adapters without state access (and ranks other than 0, whose env state is not saved) restart
+            self.obs, _ = self.env.reset(seed=self.seed + self.iteration)
+        if self.is_main:
+            console.print(f"resumed {ckpt} at iteration {self.iteration} ({self.env_steps} env steps)")
         self.after_restore(ckpt)
 
     # ------------------------------------------------------------------ training
@@ -178,24 +199,41 @@ class Runner(abc.ABC):
             self.recent_success.extend(info["episode"]["success"].float().tolist())
 
     def learn(self) -> dict[str, Any]:
+        try:
+            return self._learn()
+        finally:
+            if self.cfg.distributed:
+                from rlrobot.runners.distributed import shutdown
+
+                shutdown()
+
+    def _learn(self) -> dict[str, Any]:
         cfg = self.cfg
-        self.out.mkdir(parents=True, exist_ok=True)
+        main = self.is_main  # rank 0 alone logs, checkpoints and evaluates
+        if main:
+            self.out.mkdir(parents=True, exist_ok=True)
         if cfg.resume:
             self.restore()
         else:
             if (self.ckpt_dir / "latest").exists():
                 raise FileExistsError(f"{self.out} already holds a run; pass --resume to continue it or choose --out")
-            self.obs, _ = self.env.reset(seed=cfg.seed)
-            (self.out / "metrics.jsonl").unlink(missing_ok=True)
-        (self.out / "config.json").write_text(json.dumps(self.config_dict(), indent=2))
+            self.obs, _ = self.env.reset(seed=self.seed)
+            if main:
+                (self.out / "metrics.jsonl").unlink(missing_ok=True)
+        if self.sync.world_size > 1:
+            from rlrobot.runners.distributed import broadcast_module
+
+            broadcast_module(self.policy)
+        if main:
+            (self.out / "config.json").write_text(json.dumps(self.config_dict(), indent=2))
         logger = Logger(self.out, cfg.logger, self.config_dict(), cfg.wandb_project, cfg.wandb_mode,
-                        run_name=self.out.name)
-        per_iteration = self.steps_per_iteration
+                        run_name=self.out.name) if main else None
+        per_iteration = self.steps_per_iteration * self.sync.world_size
         total_iterations = self.total_iterations
         eval_result: dict[str, Any] = {}
         progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                             TextColumn("{task.completed:,}/{task.total:,} iterations"), TextColumn("{task.fields[stats]}"),
-                            TimeElapsedColumn(), console=console, disable=not console.is_terminal)
+                            TimeElapsedColumn(), console=console, disable=not (console.is_terminal and main))
         print_every = max(1, total_iterations // 100) if cfg.algo != "ppo" else 10
         try:
             with progress:
@@ -207,6 +245,8 @@ class Runner(abc.ABC):
                     self.env_steps += per_iteration
                     elapsed = time.perf_counter() - start
                     self.wall_time += elapsed
+                    if not main:
+                        continue
                     metrics = {
                         "train/return": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0,
                         "train/success": float(np.mean(self.recent_success)) if self.recent_success else 0.0,
@@ -227,12 +267,21 @@ class Runner(abc.ABC):
                                       f"return {eval_result['return_mean']:.2f}")
                     if self.iteration % cfg.checkpoint_every == 0 or self.iteration == total_iterations:
                         self.save()
+            distributed: dict[str, Any] = {}
+            if self.sync.world_size > 1:
+                from rlrobot.runners.distributed import parameters_identical
+
+                distributed = {"world_size": self.sync.world_size,
+                               "parameters_identical": parameters_identical(self.policy, self.sync)}
+            if not main:
+                return {"rank": self.sync.rank, "env_steps": self.env_steps, "distributed": distributed}
             eval_result = self.evaluate(video=cfg.video)
             logger.log({f"eval/{k}": v for k, v in eval_result.items() if isinstance(v, float)}, self.log_step)
             if "video" in eval_result:
                 logger.log_video(Path(eval_result["video"]), self.log_step)
         finally:
-            logger.close()
+            if logger is not None:
+                logger.close()
         curve = plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png", title=cfg.task)
         summary = {
             "run_dir": str(self.out),
@@ -242,6 +291,10 @@ class Runner(abc.ABC):
             "train_wall_time_s": round(self.wall_time, 1),
             "eval": eval_result,
         }
+        if distributed:
+            summary["distributed"] = distributed
+            if not distributed["parameters_identical"]:
+                console.print("[red]parameters differ across ranks at the end of training[/]")
         (self.out / "eval.json").write_text(json.dumps(eval_result, indent=2))
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary

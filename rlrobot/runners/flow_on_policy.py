@@ -41,7 +41,7 @@ class FlowOnPolicyRunner(Runner):
         elif not cfg.resume:
             console.print("[yellow]no --init checkpoint: the flow policy starts from random weights[/]")
         self.execute = cfg.executed_steps()
-        self.algo = FlowPPO(self.policy, cfg.flow_ppo, cfg.algo, self.execute, self.device)
+        self.algo = FlowPPO(self.policy, cfg.flow_ppo, cfg.algo, self.execute, self.device, sync=self.data_parallel)
         space = self.env.single_observation_space
         keys = tuple(cfg.flow.obs_keys)
         shapes = {k: tuple(space[k].shape) for k in keys}
@@ -49,7 +49,7 @@ class FlowOnPolicyRunner(Runner):
         self.storage = ChunkRolloutStorage(cfg.flow_ppo.num_steps, cfg.num_envs, shapes, dtypes, cfg.flow.num_steps + 1,
                                            self.policy.flat_dim, self.algo.num_logged_steps, self.algo.executed_dim,
                                            self.device)
-        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
 
     @property
     def steps_per_iteration(self) -> int:

@@ -27,14 +27,14 @@ class OffPolicyRunner(Runner):
     def __init__(self, cfg: TrainConfig):
         super().__init__(cfg)
         self.policy = build_policy(self.meta, cfg).to(self.device)
-        self.algo = SAC(self.policy, cfg.sac, self.device)
+        self.algo = SAC(self.policy, cfg.sac, self.device, sync=self.data_parallel)
         space = self.env.single_observation_space
         self.obs_keys = [cfg.policy.obs_key]  # what the networks read; images join when encoders do
         self.replay = ReplayBuffer(
             cfg.sac.buffer_size, cfg.num_envs, {k: space[k].shape for k in self.obs_keys}, self.meta["action_dim"],
             self.device, obs_dtypes={k: _torch_dtype(space[k].dtype) for k in self.obs_keys},
             n_step=cfg.sac.n_step, gamma=cfg.sac.gamma)
-        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.update_debt = 0.0  # fractional updates carried to the next iteration
         self.num_updates = 0
 
@@ -109,7 +109,9 @@ class OffPolicyRunner(Runner):
 
     def _collect(self) -> None:
         cfg, env, policy = self.cfg, self.env, self.policy
-        random_phase = self.env_steps < cfg.sac.learning_starts  # a resumed run without replay refills on-policy
+        # per rank: each rank's buffer must hold learning_starts transitions; a resumed run without replay refills
+        # on-policy
+        random_phase = self.env_steps // self.sync.world_size < cfg.sac.learning_starts
         with torch.inference_mode():
             obs = self.obs
             for _ in range(cfg.sac.steps_per_iteration):
@@ -120,7 +122,8 @@ class OffPolicyRunner(Runner):
                     action = policy.act(obs)
                 next_obs, reward, terminated, truncated, info = env.step(action)
                 self.replay.add(obs, action, reward, terminated, truncated, next_obs, info["final_obs"])
-                policy.update_normalizer(obs)
+                key = self.cfg.policy.obs_key
+                policy.update_normalizer(self.gather_obs({key: obs[key]}))
                 self.track_episodes(info)
                 obs = next_obs
         self.obs = obs

@@ -19,12 +19,12 @@ class OnPolicyRunner(Runner):
     def __init__(self, cfg: TrainConfig):
         super().__init__(cfg)
         self.policy = build_policy(self.meta, cfg).to(self.device)
-        self.algo = PPO(self.policy, cfg.ppo, self.device)
+        self.algo = PPO(self.policy, cfg.ppo, self.device, sync=self.data_parallel)
         space = self.env.single_observation_space
         key = cfg.policy.obs_key
         self.storage = RolloutStorage(cfg.ppo.num_steps, cfg.num_envs, {key: space[key].shape},
                                       self.meta["action_dim"], self.device)
-        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
 
     @property
     def steps_per_iteration(self) -> int:
@@ -55,7 +55,7 @@ class OnPolicyRunner(Runner):
         torch.set_num_threads(self.cfg.update_threads or default_num_threads())
         try:
             stats = self.algo.update(self.storage, self.generator)
-            self.policy.update_normalizer(self.storage.obs)
+            self.policy.update_normalizer(self.gather_obs({k: v.reshape(-1, *v.shape[2:]) for k, v in self.storage.obs.items()}))
         finally:
             torch.set_num_threads(self.cfg.torch_threads)
         self.storage.clear()

@@ -28,11 +28,12 @@ class SFTRunner(Runner):
         if "state" in self.demos.obs:
             state = self.demos.obs["state"]
             self.policy.set_state_stats(state.mean(0).to(self.device), state.std(0).to(self.device))
-        self.algo = FlowSFT(self.policy, self.demos, cfg.sft, self.device)
-        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.algo = FlowSFT(self.policy, self.demos, cfg.sft, self.device, sync=self.data_parallel)
+        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
         self.meta["dataset"] = {"path": str(Path(cfg.dataset).resolve()), "episodes": self.demos.num_episodes,
                                 "frames": len(self.demos)}
-        console.print(f"SFT on {self.demos.num_episodes} episodes ({len(self.demos)} frames) of {cfg.dataset}")
+        if self.is_main:
+            console.print(f"SFT on {self.demos.num_episodes} episodes ({len(self.demos)} frames) of {cfg.dataset}")
 
     @property
     def steps_per_iteration(self) -> int:
