@@ -33,7 +33,7 @@ class TrainConfig:
     resume: bool = False
     """continue the run in --out from its latest checkpoint"""
     backend: str | None = None
-    """simulator backend (default: the task's own): mujoco | gymnasium"""
+    """simulator backend (default: the task's own): mujoco | gymnasium | maniskill"""
     device: str = "cpu"
     distributed: bool = False
     """data-parallel training across the processes torchrun starts (gloo on CPU, NCCL on cuda): each rank its own
@@ -81,6 +81,8 @@ class TrainConfig:
             opts: dict[str, Any] = {}
             if self.max_episode_steps:
                 opts["max_episode_steps"] = self.max_episode_steps
+            if self.task.startswith("maniskill:"):
+                opts["obs_mode"] = self.obs_mode  # ManiSkill keeps its task's own control mode
             return opts
         return {
             "obs_mode": self.obs_mode,

@@ -8,8 +8,8 @@ import torch
 
 from .vec_env import VecEnv
 
-BACKENDS = ("mujoco", "gymnasium")
-ADAPTER_PREFIXES = {"gym": "gymnasium"}
+BACKENDS = ("mujoco", "gymnasium", "maniskill", "isaaclab")
+ADAPTER_PREFIXES = {"gym": "gymnasium", "maniskill": "maniskill", "isaaclab": "isaaclab"}
 
 
 def native_task_ids() -> list[str]:
@@ -29,6 +29,19 @@ def validate_task_id(task_id: str) -> None:
 
             if name not in gymnasium.registry:
                 raise ValueError(f"task={task_id!r}: gymnasium has no env id {name!r}")
+        elif prefix == "maniskill":
+            from rlrobot.tasks.maniskill_adapter import registered_ids
+
+            if name not in registered_ids():  # ImportError with the install line when ManiSkill is missing
+                raise ValueError(f"task={task_id!r}: ManiSkill has no env id {name!r}")
+        elif prefix == "isaaclab":
+            from rlrobot.tasks.isaaclab_adapter import require_isaaclab
+
+            require_isaaclab()  # ImportError naming what to install
+            import gymnasium
+
+            if name not in gymnasium.registry:
+                raise ValueError(f"task={task_id!r}: Isaac Lab registers no task {name!r}")
         return
     if task_id not in native_task_ids():
         raise ValueError(
@@ -62,6 +75,14 @@ def make(
         from rlrobot.tasks.gymnasium_adapter import GymnasiumVecEnv
 
         return GymnasiumVecEnv(name, num_envs, device=device, seed=seed, **task_options)
+    if backend == "maniskill":
+        from rlrobot.tasks.maniskill_adapter import ManiSkillVecEnv
+
+        return ManiSkillVecEnv(name, num_envs, device=device, seed=seed, **task_options)
+    if backend == "isaaclab":
+        from rlrobot.tasks.isaaclab_adapter import IsaacLabVecEnv
+
+        return IsaacLabVecEnv(name, num_envs, device=device, seed=seed, **task_options)
     from rlrobot.tasks.so101 import TASKS
 
     env = TASKS[task_id](num_envs, device=device, seed=seed, **task_options)

@@ -1,16 +1,39 @@
 """The VecEnv contract, checked on the native backend and on the gymnasium adapter."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
 
 import rlrobot
 
+
+def _maniskill_missing() -> str | None:
+    import glob
+
+    try:
+        import mani_skill.envs  # noqa: F401
+    except ImportError:
+        return "ManiSkill3 is not installed (pip install 'rlrobot[maniskill]'; it also needs a Vulkan driver)"
+    icds = glob.glob("/usr/share/vulkan/icd.d/*.json") + glob.glob("/etc/vulkan/icd.d/*.json")
+    if not icds and not os.environ.get("VK_ICD_FILENAMES"):
+        return "no Vulkan driver (ManiSkill/SAPIEN needs one; Debian: mesa-vulkan-drivers >= 24.3 from bookworm-backports)"
+    return None
+
+
+MANISKILL = pytest.mark.skipif(_maniskill_missing() is not None, reason=str(_maniskill_missing()))
 CASES = [("so101-reach", {}), ("so101-push", {"control_mode": "joint_delta"}), ("so101-lift", {"control_mode": "joint_pos"}),
-         ("gym:Pendulum-v1", {})]
+         ("gym:Pendulum-v1", {}), pytest.param(("maniskill:PushCube-v1", {}), marks=MANISKILL),
+         pytest.param(("maniskill:PickCube-v1", {"obs_mode": "state+rgb"}), marks=MANISKILL)]
 
 
-@pytest.fixture(params=CASES, ids=[c[0] + "-" + c[1].get("control_mode", "default") for c in CASES])
+def _case_id(case) -> str:
+    task, opts = case.values[0] if hasattr(case, "values") else case
+    return task + "-" + opts.get("control_mode", opts.get("obs_mode", "default"))
+
+
+@pytest.fixture(params=CASES, ids=[_case_id(c) for c in CASES])
 def env(request):
     task, opts = request.param
     e = rlrobot.make(task, 4, seed=0, max_episode_steps=7, **opts)
