@@ -15,3 +15,19 @@ def test_bench_reports_all_columns(tmp_path):
     # at UTD u, updates per env step over the timed window is u (fractions carry over between iterations)
     assert abs(sac["sac_updates_per_s"] / sac["sac_env_steps_per_s"] - sac["utd"]) < 0.05 * sac["utd"] + 1e-9
     assert json.loads((tmp_path / "b.json").read_text())["sac"]["num_envs"] == sac["num_envs"]
+
+
+def test_maniskill_bench(tmp_path):
+    import pytest
+
+    pytest.importorskip("mani_skill", reason="ManiSkill3 is not installed (pip install 'rlrobot[maniskill]')")
+    import glob
+
+    if not glob.glob("/usr/share/vulkan/icd.d/*.json") + glob.glob("/etc/vulkan/icd.d/*.json"):
+        pytest.skip("no Vulkan driver (ManiSkill/SAPIEN needs one; Debian: mesa-vulkan-drivers >= 24.3)")
+    result = run_bench(BenchArgs(backend="maniskill", num_envs=(2,), seconds=0.3, ppo_iterations=1,
+                                 json_out=str(tmp_path / "m.json")))
+    (row,) = result["rows"]
+    assert row["sim_steps_per_s"] > 0 and row["vecenv_steps_per_s"] > 0 and row["ppo_steps_per_s"] > 0
+    assert abs(row["b_over_a"] - row["vecenv_steps_per_s"] / row["sim_steps_per_s"]) < 1e-9
+    assert json.loads((tmp_path / "m.json").read_text())["task"] == "maniskill:PushCube-v1"

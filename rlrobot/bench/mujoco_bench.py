@@ -37,6 +37,9 @@ class BenchArgs:
     """also time SAC training at the task's SAC preset (UTD, batch, num_envs)"""
     sac_seconds: float = 5.0
     json_out: str | None = None
+    backend: str = "mujoco"
+    """mujoco (native tasks) | maniskill (its vector env vs our adapter vs PPO; task maniskill:PushCube-v1 unless
+    --task names a maniskill: task)"""
 
 
 def _rate(fn, num_envs: int, seconds: float) -> float:
@@ -71,6 +74,14 @@ def rollout_rate(env, seconds: float) -> float:
 
 
 def run_bench(args: BenchArgs) -> dict:
+    if args.backend != "mujoco":
+        from rlrobot.bench.adapter_bench import run_adapter_bench
+
+        result = run_adapter_bench(args)
+        if args.json_out:
+            with open(args.json_out, "w") as f:
+                json.dump(result, f, indent=2)
+        return result
     import rlrobot
     from rlrobot.config import TrainConfig
     from rlrobot.runners.on_policy import OnPolicyRunner

@@ -1,0 +1,66 @@
+"""``rlrobot bench --backend maniskill``: a simulator's own vector env vs our adapter vs PPO training, in one run.
+
+(a) the simulator's own batched step with random actions (ManiSkill: ``ManiSkillVectorEnv.step`` of each sub-env);
+(b) the adapter's ``VecEnv.step`` (action scaling, observation mapping, final_obs, episode stats);
+(c) PPO training iterations (rollout + update) on the adapter.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from rich.table import Table
+
+from rlrobot.bench.mujoco_bench import BenchArgs, _rate, console
+
+
+def run_adapter_bench(args: BenchArgs) -> dict:
+    import rlrobot
+    from rlrobot.config import TrainConfig
+    from rlrobot.runners.on_policy import OnPolicyRunner
+
+    if args.backend != "maniskill":
+        raise ValueError(f"backend={args.backend!r}: the adapter bench covers maniskill; mujoco is the default bench "
+                         "(mjwarp is not implemented yet)")
+    task = args.task if args.task.startswith("maniskill:") else "maniskill:PushCube-v1"
+    torch.set_num_threads(args.torch_threads)
+    rows = []
+    for n in args.num_envs:
+        env = rlrobot.make(task, n, seed=0)
+        env.reset(seed=0)
+        gen = torch.Generator().manual_seed(0)
+        raw_actions = [torch.rand(sub.num_envs, env.action_dim, generator=gen) * 2 - 1 for sub in env._subs]
+
+        def raw_step(env=env, raw_actions=raw_actions):
+            for sub, action in zip(env._subs, raw_actions, strict=True):
+                sub.step(action.to(sub.device))
+
+        raw = _rate(raw_step, n, args.seconds)
+        env.reset(seed=0)
+        actions = torch.rand(n, env.action_dim, generator=gen) * 2 - 1
+        vec = _rate(lambda env=env, actions=actions: env.step(actions), n, args.seconds)
+        env.close()
+        cfg = TrainConfig(task=task, num_envs=n, total_steps=10**9, logger="none", torch_threads=args.torch_threads,
+                          out="/tmp/rlrobot-bench")
+        cfg.ppo.num_steps = 16
+        runner = OnPolicyRunner(cfg)
+        runner.obs, _ = runner.env.reset(seed=0)
+        runner._rollout()
+        runner.update()
+        start = time.perf_counter()
+        for _ in range(args.ppo_iterations):
+            runner._rollout()
+            runner.update()
+        ppo = args.ppo_iterations * n * cfg.ppo.num_steps / (time.perf_counter() - start)
+        runner.env.close()
+        rows.append({"num_envs": n, "sim_steps_per_s": raw, "vecenv_steps_per_s": vec, "ppo_steps_per_s": ppo,
+                     "b_over_a": vec / raw, "c_over_a": ppo / raw})
+    table = Table(title=f"rlrobot bench: {task} ({env.sim_backend} sim), env steps/s")
+    for col in ("num_envs", "(a) ManiSkill vector env", "(b) VecEnv adapter", "(c) PPO train", "b/a", "c/a"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["num_envs"]), f"{r['sim_steps_per_s']:,.0f}", f"{r['vecenv_steps_per_s']:,.0f}",
+                      f"{r['ppo_steps_per_s']:,.0f}", f"{r['b_over_a']:.2f}", f"{r['c_over_a']:.2f}")
+    console.print(table)
+    return {"backend": "maniskill", "task": task, "rows": rows}
