@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from rlrobot.envs.vec_env import Obs, check_action, episode_info
+from rlrobot.envs.vec_env import EpisodeTracker, Obs, check_action
 
 VECTORIZATION_MODES = ("sync", "async")
 
@@ -57,9 +57,7 @@ class GymnasiumVecEnv:
         self.max_episode_steps = int(max_episode_steps or (spec.max_episode_steps if spec else 0) or 1000)
         self.action_dim = int(np.prod(space.shape))
         self._seed = seed
-        self._returns = torch.zeros(num_envs)
-        self._lengths = torch.zeros(num_envs, dtype=torch.long)
-        self._success_once = torch.zeros(num_envs, dtype=torch.bool)
+        self._episodes = EpisodeTracker(num_envs)
 
     @property
     def instruction(self) -> list[str]:
@@ -70,9 +68,7 @@ class GymnasiumVecEnv:
 
     def reset(self, seed: int | None = None) -> tuple[Obs, dict[str, Any]]:
         obs, _ = self.env.reset(seed=seed if seed is not None else self._seed)
-        self._returns.zero_()
-        self._lengths.zero_()
-        self._success_once.zero_()
+        self._episodes.reset()
         return self._obs(obs), {"success": torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)}
 
     @staticmethod
@@ -95,21 +91,15 @@ class GymnasiumVecEnv:
         success = self._success(info, self.num_envs)
         if done.any() and final_info:
             success = torch.where(done, self._success(final_info, self.num_envs), success)
-        self._returns += reward_t
-        self._lengths += 1
-        self._success_once |= success
         out: dict[str, Any] = {"success": success.to(self.device)}
         next_obs = self._obs(obs)
-        if done.any():
+        episode = self._episodes.step(reward_t, success, done, self.device)
+        if episode is not None:
             final = np.array(obs, dtype=np.float32, copy=True)
             mask = info["_final_obs"]
             final[mask] = np.stack(info["final_obs"][mask])
             out["final_obs"] = self._obs(final)
-            out["episode"] = {k: v.to(self.device) for k, v in episode_info(
-                done, self._returns, self._lengths, success, self._success_once).items()}
-            self._returns[done] = 0.0
-            self._lengths[done] = 0
-            self._success_once[done] = False
+            out["episode"] = episode
         else:
             out["final_obs"] = next_obs
         d = self.device

@@ -19,7 +19,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from rlrobot.envs.vec_env import Obs, check_action, episode_info
+from rlrobot.envs.vec_env import EpisodeTracker, Obs, check_action
 
 SIM_BACKENDS = ("auto", "cpu", "gpu")
 MANISKILL_OBS_MODES = ("state", "rgb", "state+rgb")
@@ -84,9 +84,7 @@ class ManiSkillVecEnv:
                                      or _registered_max_steps(env_id) or 0)
         self.control_mode = first.base_env.control_mode
         self._seed = seed
-        self._returns = torch.zeros(num_envs)
-        self._lengths = torch.zeros(num_envs, dtype=torch.long)
-        self._success_once = torch.zeros(num_envs, dtype=torch.bool)
+        self._episodes = EpisodeTracker(num_envs)
 
     def _make(self, n: int, kwargs: dict[str, Any]):
         env = gymnasium.make(self.env_id, num_envs=n, **kwargs)
@@ -126,9 +124,7 @@ class ManiSkillVecEnv:
         for i, sub in enumerate(self._subs):
             obs, _ = sub.reset(seed=None if seed is None else seed + i)
             raws.append(obs)
-        self._returns.zero_()
-        self._lengths.zero_()
-        self._success_once.zero_()
+        self._episodes.reset()
         return self._convert_obs(_concat(raws)), {"success": torch.zeros(self.num_envs, dtype=torch.bool,
                                                                           device=self.device)}
 
@@ -159,18 +155,12 @@ class ManiSkillVecEnv:
         trunc_t = torch.cat(truncs) & ~term_t
         success_t = torch.cat(successes)
         done = term_t | trunc_t
-        self._returns += reward_t
-        self._lengths += 1
-        self._success_once |= success_t
         next_obs = self._convert_obs(_concat(obs_parts))
         out: dict[str, Any] = {"success": success_t.to(self.device)}
-        if bool(done.any()):
+        episode = self._episodes.step(reward_t, success_t, done, self.device)
+        if episode is not None:
             out["final_obs"] = self._convert_obs(_concat(final_parts))
-            out["episode"] = {k: v.to(self.device) for k, v in episode_info(
-                done, self._returns, self._lengths, success_t, self._success_once).items()}
-            self._returns[done] = 0.0
-            self._lengths[done] = 0
-            self._success_once[done] = False
+            out["episode"] = episode
         else:
             out["final_obs"] = next_obs
         d = self.device

@@ -61,3 +61,33 @@ def episode_info(
         "success": success[ids].clone(),
         "success_once": success_once[ids].clone(),
     }
+
+
+class EpisodeTracker:
+    """Return, length and success-once per env, for adapters whose simulator does not report finished episodes in
+    our form; ``step`` returns ``info["episode"]`` for the envs that finished (None when none did)."""
+
+    def __init__(self, num_envs: int):
+        self.returns = torch.zeros(num_envs)
+        self.lengths = torch.zeros(num_envs, dtype=torch.long)
+        self.success_once = torch.zeros(num_envs, dtype=torch.bool)
+
+    def reset(self) -> None:
+        self.returns.zero_()
+        self.lengths.zero_()
+        self.success_once.zero_()
+
+    def step(self, reward: torch.Tensor, success: torch.Tensor, done: torch.Tensor,
+             device: torch.device) -> dict[str, torch.Tensor] | None:
+        reward, success, done = reward.cpu(), success.cpu(), done.cpu()
+        self.returns += reward
+        self.lengths += 1
+        self.success_once |= success
+        if not bool(done.any()):
+            return None
+        episode = {k: v.to(device) for k, v in
+                   episode_info(done, self.returns, self.lengths, success, self.success_once).items()}
+        self.returns[done] = 0.0
+        self.lengths[done] = 0
+        self.success_once[done] = False
+        return episode
