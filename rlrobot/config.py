@@ -11,7 +11,7 @@ from rlrobot.algorithms.flow_ppo import FlowPPOConfig
 from rlrobot.algorithms.ppo import PPOConfig
 from rlrobot.algorithms.sac import SACConfig
 from rlrobot.algorithms.sft import SFTConfig
-from rlrobot.envs.registry import BACKENDS, validate_task_id
+from rlrobot.envs.registry import resolve_backend, validate_task_id
 from rlrobot.policies.actor_critic import ActorCriticConfig
 from rlrobot.policies.flow import FlowPolicyConfig
 from rlrobot.tasks.mujoco_vec_env import OBS_MODES, REWARD_MODES
@@ -33,7 +33,8 @@ class TrainConfig:
     resume: bool = False
     """continue the run in --out from its latest checkpoint"""
     backend: str | None = None
-    """simulator backend (default: the task's own): mujoco | gymnasium | maniskill"""
+    """simulator backend (default: the task's own): mujoco | mjwarp (native tasks on MuJoCo Warp) | gymnasium |
+    maniskill | isaaclab"""
     device: str = "cpu"
     distributed: bool = False
     """data-parallel training across the processes torchrun starts (gloo on CPU, NCCL on cuda): each rank its own
@@ -97,8 +98,7 @@ class TrainConfig:
         validate_task_id(self.task)
         if self.algo not in ALGORITHMS:
             raise ValueError(f"algo={self.algo!r} is not one of {ALGORITHMS}")
-        if self.backend is not None and self.backend not in BACKENDS:
-            raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}")
+        resolve_backend(self.task, self.backend)
         if ":" not in self.task:
             for name, allowed in (("obs_mode", OBS_MODES), ("reward_mode", REWARD_MODES),
                                   ("control_mode", CONTROL_MODES)):

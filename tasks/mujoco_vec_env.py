@@ -240,6 +240,16 @@ class MujocoVecEnv:
                 self.unstable[i] = True
                 d.warning[bad].number = 0
 
+    def _after_host_reset(self, ids: np.ndarray) -> None:
+        """The task wrote new initial states into ``self.datas[ids]``: bring the simulation up to date with them."""
+        for i in ids:
+            mujoco.mj_forward(self.models[self.model_index[i]], self.datas[i])
+            self._kinematics(int(i))
+
+    def _physics_step(self) -> None:
+        """Apply ``self.ctrl`` and advance every env by ``frame_skip`` physics steps, then refresh its kinematics."""
+        self._run_parallel(self._step_one)
+
     def _raw_step_one(self, i: int) -> None:
         mujoco.mj_step(self.models[self.model_index[i]], self.datas[i], self.frame_skip)
 
@@ -268,9 +278,7 @@ class MujocoVecEnv:
                 -self.camera_jitter, self.camera_jitter, size=(len(ids), len(self.cameras), 3)
             )
         self._reset_envs(ids)
-        for i in ids:
-            mujoco.mj_forward(self.models[self.model_index[i]], self.datas[i])
-            self._kinematics(int(i))
+        self._after_host_reset(ids)
         self._gather_all()
         self.elapsed_steps[ids] = 0
         self.episode_return[ids] = 0.0
@@ -282,7 +290,7 @@ class MujocoVecEnv:
         action = check_action(action, self.num_envs, self.action_dim, self.device)
         act = action.detach().to("cpu", torch.float64).numpy().clip(-1.0, 1.0)
         self.ctrl[:] = self._actions_to_ctrl(act)
-        self._run_parallel(self._step_one)
+        self._physics_step()
         self._gather_all()
         self._check_divergence()
         self.elapsed_steps += 1

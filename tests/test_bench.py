@@ -31,3 +31,23 @@ def test_maniskill_bench(tmp_path):
     assert row["sim_steps_per_s"] > 0 and row["vecenv_steps_per_s"] > 0 and row["ppo_steps_per_s"] > 0
     assert abs(row["b_over_a"] - row["vecenv_steps_per_s"] / row["sim_steps_per_s"]) < 1e-9
     assert json.loads((tmp_path / "m.json").read_text())["task"] == "maniskill:PushCube-v1"
+
+
+def test_mjwarp_bench(tmp_path):
+    import pytest
+
+    pytest.importorskip("mujoco_warp", reason="mujoco-warp is not installed (pip install 'rlrobot[warp]')")
+    result = run_bench(BenchArgs(backend="mjwarp", device="cpu", num_envs=(4,), seconds=0.3, ppo_iterations=1,
+                                 ppo_steps=2, json_out=str(tmp_path / "w.json")))
+    (row,) = result["rows"]
+    for key in ("native_raw_steps_per_s", "warp_raw_steps_per_s", "warp_vecenv_steps_per_s", "warp_ppo_steps_per_s"):
+        assert row[key] > 0
+    assert abs(row["b_over_a"] - row["warp_raw_steps_per_s"] / row["native_raw_steps_per_s"]) < 1e-9
+    assert json.loads((tmp_path / "w.json").read_text())["device"] == "cpu"
+
+
+def test_bench_rejects_unknown_backend():
+    import pytest
+
+    with pytest.raises(ValueError, match="backend='physx' is not one of"):
+        BenchArgs(backend="physx")

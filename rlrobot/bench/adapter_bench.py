@@ -7,22 +7,16 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 from rich.table import Table
 
-from rlrobot.bench.mujoco_bench import BenchArgs, _rate, console
+from rlrobot.bench.mujoco_bench import BenchArgs, _rate, console, ppo_rate
 
 
 def run_adapter_bench(args: BenchArgs) -> dict:
     import rlrobot
     from rlrobot.config import TrainConfig
-    from rlrobot.runners.on_policy import OnPolicyRunner
 
-    if args.backend != "maniskill":
-        raise ValueError(f"backend={args.backend!r}: the adapter bench covers maniskill; mujoco is the default bench "
-                         "(mjwarp is not implemented yet)")
     task = args.task if args.task.startswith("maniskill:") else "maniskill:PushCube-v1"
     torch.set_num_threads(args.torch_threads)
     rows = []
@@ -43,17 +37,8 @@ def run_adapter_bench(args: BenchArgs) -> dict:
         env.close()
         cfg = TrainConfig(task=task, num_envs=n, total_steps=10**9, logger="none", torch_threads=args.torch_threads,
                           out="/tmp/rlrobot-bench")
-        cfg.ppo.num_steps = 16
-        runner = OnPolicyRunner(cfg)
-        runner.obs, _ = runner.env.reset(seed=0)
-        runner._rollout()
-        runner.update()
-        start = time.perf_counter()
-        for _ in range(args.ppo_iterations):
-            runner._rollout()
-            runner.update()
-        ppo = args.ppo_iterations * n * cfg.ppo.num_steps / (time.perf_counter() - start)
-        runner.env.close()
+        cfg.ppo.num_steps = args.ppo_steps
+        ppo = ppo_rate(cfg, args.ppo_iterations)
         rows.append({"num_envs": n, "sim_steps_per_s": raw, "vecenv_steps_per_s": vec, "ppo_steps_per_s": ppo,
                      "b_over_a": vec / raw, "c_over_a": ppo / raw})
     table = Table(title=f"rlrobot bench: {task} ({env.sim_backend} sim), env steps/s")

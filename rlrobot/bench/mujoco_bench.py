@@ -23,6 +23,9 @@ from rich.table import Table
 console = Console(width=max(Console().width, 110))
 
 
+BENCH_BACKENDS = ("mujoco", "mjwarp", "maniskill")
+
+
 @dataclass
 class BenchArgs:
     task: str = "so101-reach"
@@ -38,8 +41,18 @@ class BenchArgs:
     sac_seconds: float = 5.0
     json_out: str | None = None
     backend: str = "mujoco"
-    """mujoco (native tasks) | maniskill (its vector env vs our adapter vs PPO; task maniskill:PushCube-v1 unless
-    --task names a maniskill: task)"""
+    """mujoco (native tasks) | mjwarp (native task on MuJoCo Warp vs native, same run) | maniskill (its vector env vs
+    our adapter vs PPO; task maniskill:PushCube-v1 unless --task names a maniskill: task)"""
+    device: str = "auto"
+    """where the mjwarp bench runs Warp and PPO: auto (cuda if available) | cpu | cuda"""
+    ppo_steps: int = 16
+    """rollout length of the PPO iterations in the mjwarp and maniskill benches"""
+
+    def __post_init__(self):
+        if self.backend not in BENCH_BACKENDS:
+            raise ValueError(f"backend={self.backend!r} is not one of {BENCH_BACKENDS}")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"device={self.device!r} is not one of ('auto', 'cpu', 'cuda', 'cuda:N')")
 
 
 def _rate(fn, num_envs: int, seconds: float) -> float:
@@ -49,6 +62,36 @@ def _rate(fn, num_envs: int, seconds: float) -> float:
         fn()
         steps += 1
     return steps * num_envs / (time.perf_counter() - start)
+
+
+def vecenv_rate(env, num_envs: int, seconds: float) -> float:
+    """``env.step`` with a cycle of 8 fixed random action batches (drawn once, outside the timing)."""
+    gen = torch.Generator().manual_seed(0)
+    actions = [(torch.rand(num_envs, env.action_dim, generator=gen) * 2 - 1).to(env.device) for _ in range(8)]
+    k = [0]
+
+    def step():
+        env.step(actions[k[0] % 8])
+        k[0] += 1
+
+    return _rate(step, num_envs, seconds)
+
+
+def ppo_rate(cfg, iterations: int) -> float:
+    """Env steps/s of full PPO iterations (rollout + update) after one warm-up iteration."""
+    from rlrobot.runners.on_policy import OnPolicyRunner
+
+    runner = OnPolicyRunner(cfg)
+    runner.obs, _ = runner.env.reset(seed=0)
+    runner._rollout()
+    runner.update()  # warm up
+    start = time.perf_counter()
+    for _ in range(iterations):
+        runner._rollout()
+        runner.update()
+    rate = iterations * cfg.num_envs * cfg.ppo.num_steps / (time.perf_counter() - start)
+    runner.env.close()
+    return rate
 
 
 def rollout_rate(env, seconds: float) -> float:
@@ -75,16 +118,17 @@ def rollout_rate(env, seconds: float) -> float:
 
 def run_bench(args: BenchArgs) -> dict:
     if args.backend != "mujoco":
-        from rlrobot.bench.adapter_bench import run_adapter_bench
-
-        result = run_adapter_bench(args)
+        if args.backend == "mjwarp":
+            from rlrobot.bench.mjwarp_bench import run_mjwarp_bench as run_other
+        else:
+            from rlrobot.bench.adapter_bench import run_adapter_bench as run_other
+        result = run_other(args)
         if args.json_out:
             with open(args.json_out, "w") as f:
                 json.dump(result, f, indent=2)
         return result
     import rlrobot
     from rlrobot.config import TrainConfig
-    from rlrobot.runners.on_policy import OnPolicyRunner
 
     torch.set_num_threads(args.torch_threads)
     rows = []
@@ -94,32 +138,11 @@ def run_bench(args: BenchArgs) -> dict:
         raw = _rate(env.raw_step, n, args.seconds)
         via_rollout = rollout_rate(env, args.seconds)
         env.reset(seed=0)
-        gen = torch.Generator().manual_seed(0)
-        actions = [torch.rand(n, env.action_dim, generator=gen) * 2 - 1 for _ in range(8)]
-        k = [0]
-
-        def step(env=env, actions=actions, k=k):
-            env.step(actions[k[0] % 8])
-            k[0] += 1
-
-        vec = _rate(step, n, args.seconds)
+        vec = vecenv_rate(env, n, args.seconds)
         env.close()
-
         cfg = TrainConfig(task=args.task, num_envs=n, total_steps=10**9, logger="none", control_mode=args.control_mode,
                           num_threads=args.num_threads, torch_threads=args.torch_threads, out="/tmp/rlrobot-bench")
-        runner = OnPolicyRunner(cfg)
-        runner.obs, _ = runner.env.reset(seed=0)
-
-        def ppo_iteration(runner=runner):
-            runner._rollout()
-            runner.update()
-
-        ppo_iteration()  # warm up
-        start = time.perf_counter()
-        for _ in range(args.ppo_iterations):
-            ppo_iteration()
-        ppo = args.ppo_iterations * n * cfg.ppo.num_steps / (time.perf_counter() - start)
-        runner.env.close()
+        ppo = ppo_rate(cfg, args.ppo_iterations)
         rows.append({"num_envs": n, "raw_steps_per_s": raw, "rollout_steps_per_s": via_rollout,
                      "vecenv_steps_per_s": vec, "ppo_steps_per_s": ppo,
                      "b_over_a": vec / raw, "c_over_a": ppo / raw})

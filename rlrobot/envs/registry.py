@@ -8,7 +8,8 @@ import torch
 
 from .vec_env import VecEnv
 
-BACKENDS = ("mujoco", "gymnasium", "maniskill", "isaaclab")
+BACKENDS = ("mujoco", "mjwarp", "gymnasium", "maniskill", "isaaclab")
+NATIVE_BACKENDS = ("mujoco", "mjwarp")  # the native MJCF tasks run on either: same task code, different physics
 ADAPTER_PREFIXES = {"gym": "gymnasium", "maniskill": "maniskill", "isaaclab": "isaaclab"}
 
 
@@ -50,6 +51,24 @@ def validate_task_id(task_id: str) -> None:
         )
 
 
+def resolve_backend(task_id: str, backend: str | None) -> str:
+    """The backend a task runs on (its own by default); a clear error for an unknown or incompatible one, and for
+    an optional backend whose package is missing, before anything is built."""
+    prefix, sep, _ = task_id.partition(":")
+    expected = ADAPTER_PREFIXES[prefix] if sep else "mujoco"
+    backend = backend or expected
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
+    allowed = NATIVE_BACKENDS if expected == "mujoco" else (expected,)
+    if backend not in allowed:
+        raise ValueError(f"task={task_id!r} runs on backend {' or '.join(map(repr, allowed))}, not {backend!r}")
+    if backend == "mjwarp":
+        from rlrobot.tasks.mjwarp_backend import require_mujoco_warp
+
+        require_mujoco_warp()
+    return backend
+
+
 def make(
     task_id: str,
     num_envs: int = 1,
@@ -63,13 +82,8 @@ def make(
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     validate_task_id(task_id)
-    prefix, sep, name = task_id.partition(":")
-    expected = ADAPTER_PREFIXES[prefix] if sep else "mujoco"
-    backend = backend or expected
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
-    if backend != expected:
-        raise ValueError(f"task={task_id!r} runs on backend {expected!r}, not {backend!r}")
+    backend = resolve_backend(task_id, backend)
+    name = task_id.partition(":")[2]
     device = torch.device(device or "cpu")
     if backend == "gymnasium":
         from rlrobot.tasks.gymnasium_adapter import GymnasiumVecEnv
@@ -85,8 +99,12 @@ def make(
         return IsaacLabVecEnv(name, num_envs, device=device, seed=seed, **task_options)
     from rlrobot.tasks.so101 import TASKS
 
-    env = TASKS[task_id](num_envs, device=device, seed=seed, **task_options)
-    return env
+    task_cls = TASKS[task_id]
+    if backend == "mjwarp":
+        from rlrobot.tasks.mjwarp_backend import mjwarp_task_class
+
+        task_cls = mjwarp_task_class(task_cls)
+    return task_cls(num_envs, device=device, seed=seed, **task_options)
 
 
 def describe_task(task_id: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The VecEnv contract, checked on the native backend and on the gymnasium adapter."""
+"""The VecEnv contract, checked on the native backend, MuJoCo Warp and the gymnasium and ManiSkill adapters."""
 
 import os
 
@@ -22,15 +22,26 @@ def _maniskill_missing() -> str | None:
     return None
 
 
+def _mjwarp_missing() -> str | None:
+    try:
+        import mujoco_warp  # noqa: F401
+    except ImportError:
+        return "mujoco-warp is not installed (pip install 'rlrobot[warp]')"
+    return None
+
+
 MANISKILL = pytest.mark.skipif(_maniskill_missing() is not None, reason=str(_maniskill_missing()))
+MJWARP = pytest.mark.skipif(_mjwarp_missing() is not None, reason=str(_mjwarp_missing()))
 CASES = [("so101-reach", {}), ("so101-push", {"control_mode": "joint_delta"}), ("so101-lift", {"control_mode": "joint_pos"}),
          ("gym:Pendulum-v1", {}), pytest.param(("maniskill:PushCube-v1", {}), marks=MANISKILL),
-         pytest.param(("maniskill:PickCube-v1", {"obs_mode": "state+rgb"}), marks=MANISKILL)]
+         pytest.param(("maniskill:PickCube-v1", {"obs_mode": "state+rgb"}), marks=MANISKILL),
+         pytest.param(("so101-push", {"backend": "mjwarp"}), marks=MJWARP),
+         pytest.param(("so101-lift", {"backend": "mjwarp", "control_mode": "joint_pos"}), marks=MJWARP)]
 
 
 def _case_id(case) -> str:
     task, opts = case.values[0] if hasattr(case, "values") else case
-    return task + "-" + opts.get("control_mode", opts.get("obs_mode", "default"))
+    return "-".join([task, opts.get("control_mode", opts.get("obs_mode", "default")), *opts.get("backend", "").split()])
 
 
 @pytest.fixture(params=CASES, ids=[_case_id(c) for c in CASES])
