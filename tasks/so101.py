@@ -340,7 +340,10 @@ class SO101Push(SO101Env):
         place = 1.0 - np.tanh(10.0 * cube_to_target)
         lost = self._cube_lost()
         success = (cube_to_target < self.success_threshold) & ~lost
-        dense = (reach + 2.0 * place + 2.0 * success) / 5.0
+        # on target the reward is its maximum whatever the arm does (as in ManiSkill's PushCube): with a reach term
+        # still active there, SAC kept pressing the pusher against the placed cube and shoved it past the target
+        # (92 % of its episodes touched success, 73 % ended there)
+        dense = np.where(success, 1.0, (reach + 2.0 * place) / 5.0)
         return dense, success, lost
 
     def _expert_command(self):

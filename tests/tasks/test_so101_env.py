@@ -78,3 +78,17 @@ def test_render_frame_for_videos():
     frame = env.render(0)
     assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8 and frame.std() > 5
     env.close()
+
+
+def test_push_reward_is_maximal_on_target():
+    """Success pays the maximum dense reward whatever the arm does; short of it the reward stays below 0.6."""
+    env = rlrobot.make("so101-push", 32, seed=0)
+    env.reset(seed=0)
+    seen_success = False
+    for _ in range(100):
+        _, reward, _, _, info = env.step(env.expert_action())
+        success = info["success"]
+        assert torch.all(reward[success] == 1.0)
+        assert torch.all(reward[~success] <= 0.6)
+        seen_success |= bool(success.any())
+    assert seen_success
