@@ -84,8 +84,9 @@ class MjWarpPhysics:
         # compile (or load from Warp's kernel cache) every kernel now, before any CUDA graph capture
         self._launch_physics_steps()
         self._refresh_kinematics()
-        mjw.forward(self.wmodel, self.wdata)
-        mjw.reset_data(self.wmodel, self.wdata)
+        with wp.ScopedDevice(self.warp_device):  # mujoco_warp launches on Warp's current device, not the arrays'
+            mjw.forward(self.wmodel, self.wdata)
+            mjw.reset_data(self.wmodel, self.wdata)
         self._handoff_to_torch()
 
     # ---------------------------------------------------------------- physics
@@ -188,7 +189,8 @@ class MjWarpPhysics:
         """Write the host MjData state of envs ``ids`` (and their model-bank row) into their Warp worlds."""
         mask = np.zeros(self.num_envs, dtype=bool)
         mask[ids] = True
-        self._mjw.reset_data(self.wmodel, self.wdata, self._wp.array(mask, dtype=bool, device=self.warp_device))
+        with self._wp.ScopedDevice(self.warp_device):
+            self._mjw.reset_data(self.wmodel, self.wdata, self._wp.array(mask, dtype=bool))
         self._handoff_to_torch()
         idx = torch.as_tensor(ids, device=self.device)
         for name in STATE_FIELDS:
@@ -203,7 +205,8 @@ class MjWarpPhysics:
         self._handoff_to_warp()
 
     def _forward_after_upload(self) -> None:
-        self._mjw.forward(self.wmodel, self.wdata)
+        with self._wp.ScopedDevice(self.warp_device):
+            self._mjw.forward(self.wmodel, self.wdata)
         self._refresh_kinematics()
         self._handoff_to_torch()
 
