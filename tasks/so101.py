@@ -326,11 +326,17 @@ class SO101Push(SO101Env):
         return pose, direction
 
     def _contact_pose(self) -> np.ndarray:
-        """The pusher against the cube's rear face. The reward's reach term aims here, not at the expert's approach
-        pose 1.1 cm further back: aiming there made "hover behind the cube" a local optimum, since closing the gap
-        to the cube cost reach reward before the cube moved (SAC and PPO both parked there)."""
+        """The pusher against the cube's face away from the target. The reward's reach term aims here, not at the
+        expert's approach pose 1.1 cm further back: aiming there made "hover behind the cube" a local optimum, since
+        closing the gap to the cube cost reach reward before the cube moved (SAC and PPO both parked there). The
+        side follows the current cube-to-target direction, not the episode's initial one: after an overshoot the
+        reach term then leads round to the far side to push the cube back (with the initial direction it pulled the
+        arm behind the overshot cube, where pushing only moves it further away, and SAC gave up there)."""
+        to_target = self.target[:, :2] - self.cube_pos[:, :2]
+        norm = np.linalg.norm(to_target, axis=1, keepdims=True)
+        direction = np.where(norm > 1e-3, to_target / np.maximum(norm, 1e-9), self.push_direction)
         pose = self.cube_pos.copy()
-        pose[:, :2] -= self.push_direction * (CUBE_HALF + PUSHER_HALF_WIDTH)
+        pose[:, :2] -= direction * (CUBE_HALF + PUSHER_HALF_WIDTH)
         pose[:, 2] = 0.022
         return pose
 
