@@ -30,6 +30,11 @@ MAX_JOINT_DELTA = 0.08  # rad per control step in joint_delta mode (2 rad/s at 2
 MAX_EE_DELTA = 0.02  # m per control step in ee_delta mode (0.5 m/s at 25 Hz)
 MAX_ROLL_DELTA = 0.15  # rad per control step for the wrist roll in ee_delta mode
 IK_DAMPING = 0.03
+# Floor of Cartesian commands (like LeRobot's end-effector bounds): a move never takes the lower jaw tip below this
+# height above the table. Without it a policy holding "down" drove the jaws into the table with 10-35 N, and the
+# friction of that contact jammed the arm sideways (11 of the 13 failed eval episodes of SAC on so101-push). A floor
+# on the TCP alone is not enough: the closed jaws reach 8 mm lower than the open ones.
+JAW_TIP_FLOOR = 0.004
 IK_POINTING_WEIGHT = 0.1  # metres of TCP error that weigh like one radian of pointing error
 
 
@@ -53,7 +58,7 @@ class SO101Env(MujocoVecEnv):
     """Shared arm, control modes and IK for the SO-101 tasks."""
 
     xml_path = str(ASSETS / "so101_scene.xml")
-    tracked_sites = ("tcp", "pusher")
+    tracked_sites = ("tcp", "pusher", "fixed_jaw_tip", "moving_jaw_tip")
     tracked_bodies = ("cube",)
     jacobian_site = "tcp"
     randomized_geoms = ("cube",)
@@ -84,6 +89,11 @@ class SO101Env(MujocoVecEnv):
         return self.site_pos[:, 1]
 
     @property
+    def jaw_tips(self) -> np.ndarray:
+        """[N, 2, 3]: centres of the fixed and the moving jaw's end faces."""
+        return self.site_pos[:, 2:4]
+
+    @property
     def tcp_axes(self) -> np.ndarray:
         """[N, 3, 3] rotation of the TCP frame; column 0 is the approach axis, column 1 the jaw-closing axis."""
         return self.site_mat[:, 0].reshape(-1, 3, 3)
@@ -99,7 +109,10 @@ class SO101Env(MujocoVecEnv):
 
     # ------------------------------------------------------------ control
     def _ik_targets(self, dpos: np.ndarray, droll: np.ndarray, gripper: np.ndarray) -> np.ndarray:
-        """Joint targets that move the TCP by ``dpos`` keeping the gripper pointing down (batched DLS IK)."""
+        """Joint targets that move the TCP by ``dpos`` keeping the gripper pointing down (batched DLS IK); the move
+        stops the jaw tips at the floor above the table."""
+        dpos = dpos.copy()
+        dpos[:, 2] = np.maximum(dpos[:, 2], JAW_TIP_FLOOR - self.jaw_tips[:, :, 2].min(1))
         approach = self.tcp_axes[:, :, 0]
         project = np.eye(3) - approach[:, :, None] * approach[:, None, :]  # ignore rotation about the approach axis
         jac = np.concatenate(
