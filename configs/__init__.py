@@ -1,6 +1,6 @@
-"""Presets: one module per task x algorithm (``<algo>_<task>.py``) defining ``CONFIG``, a TrainConfig.
+"""Presets: one module per task x algorithm (``<algo>_<task>.py``) defining ``CONFIG = train_config(algo, ...)``.
 
-``preset(task, algo)`` returns a fresh copy; tasks without a preset get the TrainConfig defaults for that task.
+``preset(task, algo)`` returns a fresh copy; pairs without a preset get the algorithm's defaults for that task.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import importlib
 
-from rlrobot.config import TrainConfig
+from rlrobot.config import TrainConfig, train_config
 
 
 def module_name(task: str, algo: str) -> str:
@@ -19,5 +19,5 @@ def preset(task: str = "so101-reach", algo: str = "ppo") -> TrainConfig:
     try:
         mod = importlib.import_module(f"rlrobot.configs.{module_name(task, algo)}")
     except ModuleNotFoundError:
-        return TrainConfig(task=task, algo=algo)
+        return train_config(algo, task=task)
     return copy.deepcopy(mod.CONFIG)

@@ -2,7 +2,7 @@
 per rollout (3,200 env steps per iteration)."""
 
 from rlrobot.algorithms.flow_ppo import FlowPPOConfig
-from rlrobot.config import TrainConfig
+from rlrobot.config import train_config
 
-CONFIG = TrainConfig(task="so101-lift", algo="flow-noise", num_envs=64, total_steps=1_600_000,
-                     flow_ppo=FlowPPOConfig(num_steps=10, critic_warmup_iterations=2), eval_every=50, eval_episodes=64)
+CONFIG = train_config("flow-noise", task="so101-lift", num_envs=64, total_steps=1_600_000,
+                      flow_ppo=FlowPPOConfig(rollout_chunks=10, critic_warmup_iterations=2), eval_every=50, eval_episodes=64)

@@ -1,12 +1,12 @@
 """SAC on gymnasium's HalfCheetah-v5 (CleanRL / SB3 defaults: UTD 1, batch 256, 256x256 networks, 5k random steps)."""
 
 from rlrobot.algorithms.sac import SACConfig
-from rlrobot.config import TrainConfig
-from rlrobot.policies.actor_critic import ActorCriticConfig
+from rlrobot.config import train_config
+from rlrobot.policies.sac_policy import SACPolicyConfig
 
-CONFIG = TrainConfig(task="gym:HalfCheetah-v5", algo="sac", num_envs=1, total_steps=1_000_000,
-                     sac=SACConfig(gamma=0.99, batch_size=256, utd=1.0, learning_starts=5_000, steps_per_iteration=1_000,
-                                   buffer_size=1_000_000),
-                     policy=ActorCriticConfig(actor_hidden=(256, 256), critic_hidden=(256, 256), activation="relu",
-                                              normalize_obs=False),
-                     checkpoint_every=10, eval_every=50, eval_envs=4, eval_episodes=8, video=False)
+CONFIG = train_config("sac", task="gym:HalfCheetah-v5", num_envs=1, total_steps=1_000_000,
+                      sac=SACConfig(gamma=0.99, batch_size=256, utd=1.0, learning_starts=5_000, rollout_steps=1_000,
+                                    buffer_size=1_000_000),
+                      policy=SACPolicyConfig(actor_hidden=(256, 256), critic_hidden=(256, 256), activation="relu",
+                                            normalize_obs=False),
+                      checkpoint_every=10, eval_every=50, eval_envs=4, eval_episodes=8, video=False)

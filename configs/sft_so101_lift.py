@@ -4,7 +4,7 @@ The training env is only used for its spaces; evaluation runs eval_envs envs at 
 """
 
 from rlrobot.algorithms.sft import SFTConfig
-from rlrobot.config import TrainConfig
+from rlrobot.config import train_config
 
-CONFIG = TrainConfig(task="so101-lift", algo="sft", num_envs=1, sft=SFTConfig(num_updates=2000), eval_every=0,
-                     eval_episodes=64, checkpoint_every=10)
+CONFIG = train_config("sft", task="so101-lift", num_envs=1, sft=SFTConfig(num_updates=2000), eval_every=0,
+                      eval_episodes=64, checkpoint_every=10)

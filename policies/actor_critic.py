@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 from torch.distributions import Normal
 
 from .normalizer import RunningNormalizer
+from .registry import PolicySpec, register_policy
 
 ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
@@ -24,7 +26,12 @@ class ActorCriticConfig:
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
+            raise ValueError(f"policy.activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
+
+    def validate(self, run) -> None:
+        if run.obs_mode == "rgb" and self.obs_key == "state":
+            raise ValueError("obs_mode='rgb' gives no 'state' observation, and the MLP policy reads "
+                             "policy.obs_key='state': use obs_mode='state' or 'state+rgb'")
 
 
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str) -> nn.Sequential:
@@ -76,3 +83,10 @@ class ActorCritic(nn.Module):
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         """Deterministic action from a raw state tensor, normaliser included (what TorchScript / ONNX export)."""
         return self.actor(self.normalizer(state)).clamp(-1.0, 1.0)
+
+
+def _build(meta: dict[str, Any], cfg: ActorCriticConfig) -> ActorCritic:
+    return ActorCritic(meta["obs_dim"], meta["action_dim"], cfg)
+
+
+register_policy(PolicySpec("actor-critic", "policy", ActorCriticConfig, _build, legacy_class="ActorCritic"))

@@ -11,21 +11,24 @@ std come from one of the two pi_RL recipes (ALGORITHMS.md):
   sigma_t = a * sqrt(t / (1 - t)).
 
 Because every step of the chain is Gaussian given the previous state, the log-likelihood of a stored chain is exact
-and can be recomputed under new parameters: that is what the PPO ratio of Flow-Noise / Flow-SDE PPO uses. The RL code
-only needs the ``FlowPolicy`` protocol below (``encode``, ``velocity``, ``noise_std``, ``value_from_embedding``), so a
-thin adapter can expose a VLA's action expert the same way.
+and can be recomputed under new parameters: that is what the PPO ratio of Flow-Noise / Flow-SDE PPO uses. The RL and
+SFT code only use the ``FlowPolicy`` protocol below; ``FlowSampling`` implements the denoising loop, the chain
+log-probs and flow matching on top of the protocol's ``encode`` / ``velocity`` / ``noise_std``, so a VLA adapter
+(``policies/vla/``) that provides those three gets exact per-step log-probs from the same loop.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
 from .actor_critic import ACTIVATIONS, mlp
+from .registry import PolicySpec, register_policy
 
 SAMPLE_MODES = ("ode", "noise", "sde")
 
@@ -34,8 +37,10 @@ SAMPLE_MODES = ("ode", "noise", "sde")
 class FlowPolicyConfig:
     chunk_size: int = 5
     """H: actions per chunk"""
-    num_steps: int = 4
+    denoising_steps: int = 4
     """K: Euler denoising steps"""
+    execute_steps: int = 0
+    """actions of each chunk executed open-loop before re-planning (0 = the whole chunk)"""
     obs_keys: tuple[str, ...] = ("state",)
     """observation keys the encoder reads: "state" and/or image keys such as "image_front" """
     state_hidden: tuple[int, ...] = (256, 256)
@@ -56,8 +61,11 @@ class FlowPolicyConfig:
     def validate(self) -> None:
         if self.chunk_size < 1:
             raise ValueError(f"flow.chunk_size must be >= 1, got {self.chunk_size}")
-        if self.num_steps < 1:
-            raise ValueError(f"flow.num_steps (K, the denoising steps) must be >= 1, got {self.num_steps}")
+        if self.denoising_steps < 1:
+            raise ValueError(f"flow.denoising_steps (K) must be >= 1, got {self.denoising_steps}")
+        if not 0 <= self.execute_steps <= self.chunk_size:
+            raise ValueError(f"flow.execute_steps={self.execute_steps} must be in [0, flow.chunk_size={self.chunk_size}] "
+                             "(0 = the whole chunk)")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"flow.activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
         if not 0 < self.noise_std_min <= self.noise_std_max:
@@ -67,21 +75,74 @@ class FlowPolicyConfig:
             raise ValueError("flow.obs_keys must name at least one observation key")
 
 
+    def validate_for(self, run) -> None:
+        """Checks against the rest of the run: observation keys and the episode length."""
+        self.validate()
+        if run.obs_mode == "rgb" and "state" in self.obs_keys:
+            raise ValueError("obs_mode='rgb' gives no 'state' observation; set flow.obs_keys to image keys "
+                             "(e.g. image_front image_wrist) or use obs_mode='state+rgb'")
+        episode = run.episode_steps()
+        if episode and self.chunk_size > episode:
+            raise ValueError(f"flow.chunk_size={self.chunk_size} is larger than the episode of {run.task} ({episode} steps)")
+
+
 @runtime_checkable
-class FlowPolicyProtocol(Protocol):
-    """What Flow-Noise / Flow-SDE PPO use; VLA adapters implement the same."""
+class FlowPolicy(Protocol):
+    """A flow-matching action-chunk policy as SFT and Flow-Noise / Flow-SDE PPO see it. Time runs from t = 1 (noise)
+    to t = 0 (the chunk); chunks are flattened to ``flat_dim = chunk_size * action_dim``. ``FlowSampling`` implements
+    everything from ``flow_matching_loss`` on with the first three methods."""
 
     chunk_size: int
     action_dim: int
-    num_steps: int
+    flat_dim: int
+    denoising_steps: int
+    """K Euler steps from t = 1 to t = 0"""
+    execute_steps: int
+    """actions of a chunk executed before re-planning (evaluation, serving, RL rollouts)"""
 
-    def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor: ...
+    def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Observation -> embedding (for a VLA: the VLM prefix and its KV cache), computed once per observation."""
+        ...
 
-    def velocity(self, x_t: torch.Tensor, t: torch.Tensor, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def velocity(self, x_t: torch.Tensor, t: torch.Tensor, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(velocity [B, flat_dim], action-expert features [B, F]) at noisy chunks x_t [B, flat_dim] and times t [B]."""
+        ...
 
-    def noise_std(self, features: torch.Tensor) -> torch.Tensor: ...
+    def noise_std(self, features: torch.Tensor) -> torch.Tensor:
+        """Flow-Noise: the learned std of a denoising step from the expert features, [B, flat_dim]."""
+        ...
 
-    def value_from_embedding(self, emb: torch.Tensor) -> torch.Tensor: ...
+    def value_from_embedding(self, emb: torch.Tensor) -> torch.Tensor:
+        """State value [B] from the observation embedding (the critic of flow-policy PPO)."""
+        ...
+
+    def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+    def value_parameters(self) -> Iterable[nn.Parameter]:
+        """Parameters of the value head (their own optimizer group, learning rate and gradient clip in PPO)."""
+        ...
+
+    def flow_matching_parameters(self) -> Iterable[nn.Parameter]:
+        """What SFT trains: everything but the value and noise heads."""
+        ...
+
+    def fit_observation_stats(self, obs: dict[str, torch.Tensor]) -> None:
+        """Set the observation normalisation from a dataset's observations (SFT, before training)."""
+        ...
+
+    def flow_matching_loss(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, t: torch.Tensor,
+                           noise: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    def sample_chain(self, obs: dict[str, torch.Tensor], mode: str = "ode", noise_level: float = 0.5,
+                     stochastic_steps: torch.Tensor | None = None, generator: torch.Generator | None = None,
+                     emb: torch.Tensor | None = None, x_init: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def chain_log_prob(self, obs: dict[str, torch.Tensor], chain: torch.Tensor, steps: torch.Tensor, mode: str,
+                       noise_level: float = 0.5, emb: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+    def sample_actions(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor: ...
 
 
 def time_grid(num_steps: int, device: torch.device | None = None) -> torch.Tensor:
@@ -126,87 +187,15 @@ class ImageEncoder(nn.Module):
         return self.proj(self.conv(image.float() / 255.0 - 0.5).flatten(1))
 
 
-class FlowPolicy(nn.Module):
-    """Velocity network over flattened action chunks, conditioned on an observation embedding and a time embedding.
+class FlowSampling:
+    """Flow matching, the denoising loop and exact chain log-probs over the protocol's ``encode`` / ``velocity`` /
+    ``noise_std``: what a ``FlowPolicy`` implementation (in-house or a VLA adapter) inherits."""
 
-    The state normaliser's mean / std are buffers set from the demonstration statistics (``set_state_stats``), so
-    they travel with the weights.
-    """
+    denoising_steps: int
+    flat_dim: int
+    chunk_size: int
+    action_dim: int
 
-    def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int, cfg: FlowPolicyConfig | None = None):
-        super().__init__()
-        cfg = cfg or FlowPolicyConfig()
-        cfg.validate()
-        missing = [k for k in cfg.obs_keys if k not in obs_shapes]
-        if missing:
-            raise ValueError(f"flow.obs_keys {missing} are not observations of this task; it has {sorted(obs_shapes)}")
-        self.cfg = cfg
-        self.obs_keys = tuple(cfg.obs_keys)
-        self.action_dim = action_dim
-        self.chunk_size = cfg.chunk_size
-        self.num_steps = cfg.num_steps
-        self.flat_dim = cfg.chunk_size * action_dim
-        act = cfg.activation
-        branches: dict[str, nn.Module] = {}
-        widths = 0
-        for key in self.obs_keys:
-            shape = obs_shapes[key]
-            if len(shape) == 1:
-                state_dim = shape[0]
-                self.register_buffer("state_mean", torch.zeros(state_dim))
-                self.register_buffer("state_std", torch.ones(state_dim))
-                branches[key] = mlp(state_dim, cfg.state_hidden[:-1], cfg.state_hidden[-1], act)
-                widths += cfg.state_hidden[-1]
-            elif len(shape) == 3:
-                branches[key] = ImageEncoder(cfg.image_channels, cfg.embed_dim, shape[-1])
-                widths += cfg.embed_dim
-            else:
-                raise ValueError(f"observation {key!r} has shape {shape}: expected a vector or a [3, H, W] image")
-        self.branches = nn.ModuleDict(branches)
-        self.fuse = nn.Sequential(nn.Linear(widths, cfg.embed_dim), nn.LayerNorm(cfg.embed_dim), ACTIVATIONS[act]())
-        self.time_mlp = nn.Sequential(nn.Linear(cfg.time_embed_dim, cfg.time_embed_dim), ACTIVATIONS[act]())
-        in_dim = self.flat_dim + cfg.time_embed_dim + cfg.embed_dim
-        trunk: list[nn.Module] = []
-        for h in cfg.velocity_hidden:
-            trunk += [nn.Linear(in_dim, h), ACTIVATIONS[act]()]
-            in_dim = h
-        self.trunk = nn.Sequential(*trunk)
-        self.velocity_out = nn.Linear(in_dim, self.flat_dim)
-        self.noise_head = mlp(in_dim, cfg.noise_hidden, self.flat_dim, "tanh")
-        self.value_head = mlp(cfg.embed_dim, cfg.value_hidden, 1, act)
-        self.log_var_min = 2 * math.log(cfg.noise_std_min)
-        self.log_var_max = 2 * math.log(cfg.noise_std_max)
-
-    # ------------------------------------------------------------------ the FlowPolicy protocol
-    def set_state_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
-        self.state_mean.copy_(mean)
-        self.state_std.copy_(std.clamp_min(1e-3))
-
-    def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        parts = []
-        for key in self.obs_keys:
-            x = obs[key]
-            if x.dim() == 2:
-                x = ((x - self.state_mean) / self.state_std).clamp(-10.0, 10.0)
-            parts.append(self.branches[key](x))
-        return self.fuse(torch.cat(parts, dim=-1))
-
-    def velocity(self, x_t: torch.Tensor, t: torch.Tensor, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """v(x_t, t | obs) on flattened chunks [B, H*A]; also returns the trunk features (input of the noise head)."""
-        temb = self.time_mlp(sinusoidal_embedding(t, self.cfg.time_embed_dim))
-        features = self.trunk(torch.cat([x_t, temb, emb], dim=-1))
-        return self.velocity_out(features), features
-
-    def noise_std(self, features: torch.Tensor) -> torch.Tensor:
-        """Flow-Noise std: tanh output mapped linearly into [log sigma_min^2, log sigma_max^2]."""
-        u = torch.tanh(self.noise_head(features))
-        log_var = self.log_var_min + (u + 1.0) * 0.5 * (self.log_var_max - self.log_var_min)
-        return torch.exp(0.5 * log_var)
-
-    def value_from_embedding(self, emb: torch.Tensor) -> torch.Tensor:
-        return self.value_head(emb.detach()).squeeze(-1)  # the critic does not shape the policy's encoder
-
-    # ------------------------------------------------------------------ training and sampling
     def flow_matching_loss(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, t: torch.Tensor,
                            noise: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """|| v(x_t, t) - (eps - a) ||^2 on chunks [B, H, A]; ``mask`` [B, H] drops padded steps past an episode."""
@@ -224,7 +213,7 @@ class FlowPolicy(nn.Module):
                           noise_level: float = 0.5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Mean and std of step k (x at t_k -> x at t_{k+1}) for each row (``k`` an int64 tensor [B]), and the ODE
         step's mean from the same velocity (the deterministic steps of hybrid Flow-SDE). ``ode`` gives std 0."""
-        grid = time_grid(self.num_steps, x_t.device)
+        grid = time_grid(self.denoising_steps, x_t.device)
         t = grid[k]
         delta = (t - grid[k + 1])[:, None]
         v, features = self.velocity(x_t, t, emb)
@@ -258,7 +247,7 @@ class FlowPolicy(nn.Module):
         x = torch.randn(batch, self.flat_dim, device=emb.device, generator=generator) if x_init is None else x_init
         chain = [x]
         log_probs = []
-        for k in range(self.num_steps):
+        for k in range(self.denoising_steps):
             ks = torch.full((batch,), k, device=emb.device, dtype=torch.long)
             mean, std, ode_mean = self.step_distribution(x, ks, emb, mode, noise_level)
             if mode == "ode":
@@ -300,6 +289,98 @@ class FlowPolicy(nn.Module):
             chain, _ = self.sample_chain(obs, "noise")
         return chain[:, -1].reshape(-1, self.chunk_size, self.action_dim)
 
+
+class MLPFlowPolicy(nn.Module, FlowSampling):
+    """The in-house ``FlowPolicy``: a velocity network over flattened action chunks, conditioned on an observation
+    embedding and a time embedding.
+
+    The state normaliser's mean / std are buffers set from the demonstration statistics (``fit_observation_stats``), so
+    they travel with the weights.
+    """
+
+    def __init__(self, obs_shapes: dict[str, tuple[int, ...]], action_dim: int, cfg: FlowPolicyConfig | None = None):
+        super().__init__()
+        cfg = cfg or FlowPolicyConfig()
+        cfg.validate()
+        missing = [k for k in cfg.obs_keys if k not in obs_shapes]
+        if missing:
+            raise ValueError(f"flow.obs_keys {missing} are not observations of this task; it has {sorted(obs_shapes)}")
+        self.cfg = cfg
+        self.obs_keys = tuple(cfg.obs_keys)
+        self.action_dim = action_dim
+        self.chunk_size = cfg.chunk_size
+        self.denoising_steps = cfg.denoising_steps
+        self.execute_steps = cfg.execute_steps or cfg.chunk_size
+        self.flat_dim = cfg.chunk_size * action_dim
+        act = cfg.activation
+        branches: dict[str, nn.Module] = {}
+        widths = 0
+        for key in self.obs_keys:
+            shape = obs_shapes[key]
+            if len(shape) == 1:
+                state_dim = shape[0]
+                self.register_buffer("state_mean", torch.zeros(state_dim))
+                self.register_buffer("state_std", torch.ones(state_dim))
+                branches[key] = mlp(state_dim, cfg.state_hidden[:-1], cfg.state_hidden[-1], act)
+                widths += cfg.state_hidden[-1]
+            elif len(shape) == 3:
+                branches[key] = ImageEncoder(cfg.image_channels, cfg.embed_dim, shape[-1])
+                widths += cfg.embed_dim
+            else:
+                raise ValueError(f"observation {key!r} has shape {shape}: expected a vector or a [3, H, W] image")
+        self.branches = nn.ModuleDict(branches)
+        self.fuse = nn.Sequential(nn.Linear(widths, cfg.embed_dim), nn.LayerNorm(cfg.embed_dim), ACTIVATIONS[act]())
+        self.time_mlp = nn.Sequential(nn.Linear(cfg.time_embed_dim, cfg.time_embed_dim), ACTIVATIONS[act]())
+        in_dim = self.flat_dim + cfg.time_embed_dim + cfg.embed_dim
+        trunk: list[nn.Module] = []
+        for h in cfg.velocity_hidden:
+            trunk += [nn.Linear(in_dim, h), ACTIVATIONS[act]()]
+            in_dim = h
+        self.trunk = nn.Sequential(*trunk)
+        self.velocity_out = nn.Linear(in_dim, self.flat_dim)
+        self.noise_head = mlp(in_dim, cfg.noise_hidden, self.flat_dim, "tanh")
+        self.value_head = mlp(cfg.embed_dim, cfg.value_hidden, 1, act)
+        self.log_var_min = 2 * math.log(cfg.noise_std_min)
+        self.log_var_max = 2 * math.log(cfg.noise_std_max)
+
+    # ------------------------------------------------------------------ the FlowPolicy protocol
+    def fit_observation_stats(self, obs: dict[str, torch.Tensor]) -> None:
+        if "state" in obs and hasattr(self, "state_mean"):
+            state = obs["state"].float()
+            self.state_mean.copy_(state.mean(0).to(self.state_mean.device))
+            self.state_std.copy_(state.std(0).clamp_min(1e-3).to(self.state_std.device))
+
+    def value_parameters(self) -> Iterable[nn.Parameter]:
+        return self.value_head.parameters()
+
+    def flow_matching_parameters(self) -> Iterable[nn.Parameter]:
+        heads = {id(p) for head in (self.value_head, self.noise_head) for p in head.parameters()}
+        return [p for p in self.parameters() if id(p) not in heads]
+
+    def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        parts = []
+        for key in self.obs_keys:
+            x = obs[key]
+            if x.dim() == 2:
+                x = ((x - self.state_mean) / self.state_std).clamp(-10.0, 10.0)
+            parts.append(self.branches[key](x))
+        return self.fuse(torch.cat(parts, dim=-1))
+
+    def velocity(self, x_t: torch.Tensor, t: torch.Tensor, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """v(x_t, t | obs) on flattened chunks [B, H*A]; also returns the trunk features (input of the noise head)."""
+        temb = self.time_mlp(sinusoidal_embedding(t, self.cfg.time_embed_dim))
+        features = self.trunk(torch.cat([x_t, temb, emb], dim=-1))
+        return self.velocity_out(features), features
+
+    def noise_std(self, features: torch.Tensor) -> torch.Tensor:
+        """Flow-Noise std: tanh output mapped linearly into [log sigma_min^2, log sigma_max^2]."""
+        u = torch.tanh(self.noise_head(features))
+        log_var = self.log_var_min + (u + 1.0) * 0.5 * (self.log_var_max - self.log_var_min)
+        return torch.exp(0.5 * log_var)
+
+    def value_from_embedding(self, emb: torch.Tensor) -> torch.Tensor:
+        return self.value_head(emb.detach()).squeeze(-1)  # the critic does not shape the policy's encoder
+
     def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.value_from_embedding(self.encode(obs))
 
@@ -307,9 +388,16 @@ class FlowPolicy(nn.Module):
         """Deterministic chunk [B, H, A] from a raw state and the initial noise (for export / serving)."""
         emb = self.encode({self.obs_keys[0]: state})
         x = noise.reshape(len(noise), -1)
-        grid = time_grid(self.num_steps, x.device)
-        for k in range(self.num_steps):
+        grid = time_grid(self.denoising_steps, x.device)
+        for k in range(self.denoising_steps):
             t = grid[k].expand(len(x))
             v, _ = self.velocity(x, t, emb)
             x = x - (grid[k] - grid[k + 1]) * v
         return x.reshape(-1, self.chunk_size, self.action_dim)
+
+
+def _build(meta: dict[str, Any], cfg: FlowPolicyConfig) -> MLPFlowPolicy:
+    return MLPFlowPolicy({k: tuple(v) for k, v in meta["observation_space"].items()}, meta["action_dim"], cfg)
+
+
+register_policy(PolicySpec("flow", "flow", FlowPolicyConfig, _build, legacy_class="FlowPolicy"))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -17,8 +19,22 @@ from torch import nn
 
 from .actor_critic import ACTIVATIONS, ActorCriticConfig, mlp
 from .normalizer import RunningNormalizer
+from .registry import PolicySpec, register_policy
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+@dataclass
+class SACPolicyConfig(ActorCriticConfig):
+    num_critics: int = 2
+    """critics in the ensemble (2: SAC's twin Q; 10 with sac.num_target_critics 2: REDQ)"""
+    critic_layer_norm: bool = False
+    """LayerNorm in every critic layer (RLPD / WSRL practice)"""
+
+    def validate(self, run) -> None:
+        super().validate(run)
+        if self.num_critics < 1:
+            raise ValueError(f"policy.num_critics must be >= 1, got {self.num_critics}")
 
 
 class EnsembleLinear(nn.Module):
@@ -94,17 +110,17 @@ class SquashedGaussianActor(nn.Module):
 class SACPolicy(nn.Module):
     """Actor + critic ensemble + target critics, sharing one observation normaliser (off by default for SAC)."""
 
-    def __init__(self, obs_dim: int, action_dim: int, cfg: ActorCriticConfig | None = None, num_critics: int = 2,
-                 critic_layer_norm: bool = False):
+    def __init__(self, obs_dim: int, action_dim: int, cfg: SACPolicyConfig | None = None):
         super().__init__()
-        cfg = cfg or ActorCriticConfig()
-        if num_critics < 1:
-            raise ValueError(f"num_critics must be >= 1, got {num_critics}")
+        cfg = cfg or SACPolicyConfig()
+        if cfg.num_critics < 1:
+            raise ValueError(f"policy.num_critics must be >= 1, got {cfg.num_critics}")
         self.cfg = cfg
         self.obs_dim, self.action_dim = obs_dim, action_dim
         self.normalizer = RunningNormalizer(obs_dim) if cfg.normalize_obs else nn.Identity()
         self.actor = SquashedGaussianActor(obs_dim, action_dim, cfg.actor_hidden, cfg.activation)
-        self.critic = QEnsemble(obs_dim, action_dim, cfg.critic_hidden, num_critics, cfg.activation, critic_layer_norm)
+        self.critic = QEnsemble(obs_dim, action_dim, cfg.critic_hidden, cfg.num_critics, cfg.activation,
+                                  cfg.critic_layer_norm)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
 
     def features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -123,3 +139,10 @@ class SACPolicy(nn.Module):
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         """Deterministic action from a raw state tensor, normaliser included (what export traces)."""
         return torch.tanh(self.actor(self.normalizer(state))[0])
+
+
+def _build(meta: dict[str, Any], cfg: SACPolicyConfig) -> SACPolicy:
+    return SACPolicy(meta["obs_dim"], meta["action_dim"], cfg)
+
+
+register_policy(PolicySpec("sac", "policy", SACPolicyConfig, _build, legacy_class="SACPolicy"))

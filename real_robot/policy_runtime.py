@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlrobot.config import TrainConfig
+from rlrobot.config import config_from_checkpoint
+from rlrobot.policies.registry import build_policy, policy_kind_of
 from rlrobot.runners.checkpoint import load_checkpoint
 
 from .protocol import ProtocolError
@@ -20,27 +21,25 @@ class LoadedPolicy:
     executor runs it open-loop or ensembles it)."""
 
     def __init__(self, checkpoint: str, device: str = "cpu"):
-        from rlrobot.runners.base import build_policy
-
         weights, saved, ckpt = load_checkpoint(checkpoint)
-        self.cfg = TrainConfig.from_dict(saved["train"])
+        self.cfg = config_from_checkpoint(saved)
         self.policy = build_policy(saved, self.cfg)
         self.policy.load_state_dict(weights)
         self.device = torch.device(device)
         self.policy.to(self.device).eval()
         self.checkpoint = str(ckpt)
         self.chunked = hasattr(self.policy, "sample_actions")
-        self.obs_keys = list(self.cfg.flow.obs_keys) if self.chunked else [self.cfg.policy.obs_key]
+        self.obs_keys = list(self.policy.obs_keys) if self.chunked else [self.cfg.policy.obs_key]
         self.obs_key = self.obs_keys[0]
         self.metadata: dict[str, Any] = {
-            "policy_class": saved.get("policy_class", "ActorCritic"),
+            "policy_kind": policy_kind_of(saved),
             "task": saved["task"],
             "control_mode": saved.get("control_mode"),
             "observation_space": saved["observation_space"],
             "obs_keys": self.obs_keys,
             "action_dim": saved["action_dim"],
             "chunk_size": int(self.policy.chunk_size) if self.chunked else 1,
-            "execute_steps": int(self.cfg.executed_steps()) if self.chunked else 1,
+            "execute_steps": int(self.policy.execute_steps) if self.chunked else 1,
             "control_rate_hz": 1.0 / saved["control_dt"] if saved.get("control_dt") else None,
             "checkpoint": self.checkpoint,
         }

@@ -1,5 +1,5 @@
-"""``rlrobot`` command line: train, eval, collect, list-tasks, bench, serve, deploy (tyro turns the config
-dataclasses into flags)."""
+"""``rlrobot`` command line: train, eval, collect, list-tasks, list-algos, bench, serve, deploy (tyro turns the
+config dataclasses into flags; ``rlrobot train --algo X --help`` shows the options of algorithm X)."""
 
 from __future__ import annotations
 
@@ -14,29 +14,34 @@ from rich.console import Console
 from rich.table import Table
 
 console = Console()
-COMMANDS = ("train", "eval", "collect", "list-tasks", "bench", "serve", "deploy")
+COMMANDS = ("train", "eval", "collect", "list-tasks", "list-algos", "bench", "serve", "deploy")
 
 
 def _preset_from_argv(argv: list[str]):
     """Pick the preset from --task / --algo first, so that every other flag overrides that preset's defaults."""
+    from rlrobot.algorithms.registry import algorithm_spec
     from rlrobot.configs import preset
 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--task", default="so101-reach")
     pre.add_argument("--algo", default="ppo")
     known, _ = pre.parse_known_args(argv)
+    algorithm_spec(known.algo)  # an unknown algorithm is refused with the registered names, before tyro
     return preset(known.task, known.algo)
 
 
 def train(argv: list[str]) -> dict:
-    from rlrobot.config import TrainConfig
+    from rlrobot.algorithms.registry import algorithm_spec
+    from rlrobot.config import config_class
 
     default = _preset_from_argv(argv)
-    cfg = tyro.cli(TrainConfig, default=default, args=argv, prog="rlrobot train",
-                   description="Train a policy. Defaults: PPO on so101-reach, native MuJoCo backend, all cores.")
+    spec = algorithm_spec(default.algo)
+    cfg = tyro.cli(config_class(default.algo), default=default, args=argv, prog=f"rlrobot train --algo {spec.name}",
+                   description=f"Train with {spec.name}: {spec.summary}. Presets in rlrobot.configs set the defaults "
+                               "for each --task / --algo pair; other algorithms: rlrobot list-algos.")
     if cfg.resume:
         cfg = _resume_config(cfg, argv)
-    cfg.validate()
+    cfg.prepare()
     from rlrobot.runners.base import make_runner
 
     summary = make_runner(cfg).learn()
@@ -57,12 +62,14 @@ def train(argv: list[str]) -> dict:
 
 def _resume_config(cfg, argv: list[str]):
     """Resume with the run's own config; only --total-steps (to extend a run) is taken from the command line."""
-    from rlrobot.config import TrainConfig
+    from rlrobot.config import config_from_checkpoint
     from rlrobot.runners.checkpoint import load_checkpoint
 
-    _, saved, _ = load_checkpoint(Path(cfg.run_dir()) / "checkpoints")
-    resumed = TrainConfig.from_dict(saved["train"])
+    run_dir = cfg.run_dir()
+    _, saved, _ = load_checkpoint(Path(run_dir) / "checkpoints")
+    resumed = config_from_checkpoint(saved)
     resumed.resume = True
+    resumed.out = run_dir  # the directory given is the run, wherever it was copied or moved to
     if any(a == "--total-steps" or a.startswith("--total-steps=") for a in argv):
         resumed.total_steps = cfg.total_steps
     return resumed
@@ -87,15 +94,15 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
     import torch
 
     import rlrobot
-    from rlrobot.config import TrainConfig
-    from rlrobot.runners.base import build_policy, check_compatible, policy_metadata
+    from rlrobot.config import config_from_checkpoint
+    from rlrobot.policies.registry import build_policy, check_compatible, policy_metadata
     from rlrobot.runners.checkpoint import load_checkpoint
     from rlrobot.runners.evaluation import evaluate
 
     if args.episodes < 1 or args.num_envs < 1:
         raise ValueError("episodes and num_envs must be >= 1")
     weights, saved, ckpt = load_checkpoint(args.checkpoint)
-    cfg = TrainConfig.from_dict(saved["train"])
+    cfg = config_from_checkpoint(saved)
     if args.task is not None:
         from rlrobot.envs.registry import validate_task_id
 
@@ -131,9 +138,25 @@ def list_tasks() -> None:
         d = describe_task(task)
         table.add_row(task, json.dumps(d["observation"]), str(d["action"]), str(d["max_episode_steps"]), d["instruction"])
     console.print(table)
-    console.print("obs_mode: state | rgb | state+rgb; control_mode: joint_pos | joint_delta | ee_delta; "
-                  "reward_mode: dense | sparse")
-    console.print("Any registered gymnasium env: gym:<id>, e.g. gym:Pendulum-v1, gym:HalfCheetah-v5")
+    from rlrobot.envs.registry import task_spec
+
+    for task in native_task_ids():
+        spec = task_spec(task)
+        console.print(f"{task}: obs_mode {' | '.join(spec.obs_modes)}; control_mode {' | '.join(spec.control_modes)}; "
+                      f"reward_mode {' | '.join(spec.reward_modes)}")
+    console.print("Other simulators by prefix: gym:<id> (any registered gymnasium env, e.g. gym:Pendulum-v1), "
+                  "maniskill:<id> (extra maniskill, e.g. maniskill:PushCube-v1), isaaclab:<task> (Isaac Lab installed)")
+
+
+def list_algorithms() -> None:
+    from rlrobot.algorithms.registry import describe_algorithms
+
+    table = Table(title="rlrobot algorithms (rlrobot train --algo NAME --help)")
+    for col in ("algo", "policy kind", "what it does"):
+        table.add_column(col)
+    for row in describe_algorithms():
+        table.add_row(row["algo"], row["policy_kind"], row["summary"])
+    console.print(table)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -151,12 +174,14 @@ def main(argv: list[str] | None = None) -> None:
         elif command == "eval":
             evaluate_checkpoint(tyro.cli(EvalArgs, args=rest, prog="rlrobot eval"))
         elif command == "collect":
-            from rlrobot.data.demonstrations import CollectArgs, collect_demonstrations
+            from rlrobot.commands.collect import CollectArgs, collect_demonstrations
 
             collect_demonstrations(tyro.cli(CollectArgs, args=rest, prog="rlrobot collect",
                                             description="Record scripted-expert demonstrations as a LeRobotDataset."))
         elif command == "list-tasks":
             list_tasks()
+        elif command == "list-algos":
+            list_algorithms()
         elif command == "bench":
             from rlrobot.bench.mujoco_bench import BenchArgs, run_bench
 

@@ -1,32 +1,36 @@
-"""Typed run configuration; tyro turns it into the CLI and ``configs/`` holds the presets (one source of defaults)."""
+"""Typed run configuration; tyro turns it into the CLI and ``configs/`` holds the presets (one source of defaults).
+
+``TrainConfig`` holds what every run has (task, envs, seeds, logging, evaluation, checkpoints, reward wrappers). The
+config of a run is ``config_class(algo)``: ``TrainConfig`` plus the algorithm's own section (``--sac.*``), the
+section of the policy kind it trains (``--policy.*`` or ``--flow.*``) and the extra inputs it declares
+(``--dataset``, ``--init``), all from the algorithm registry. So ``rlrobot train --algo sac --help`` shows SAC's
+options and no other algorithm's.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlrobot.algorithms import ALGORITHMS, FLOW_ALGORITHMS
-from rlrobot.algorithms.flow_ppo import FlowPPOConfig
-from rlrobot.algorithms.ppo import PPOConfig
-from rlrobot.algorithms.sac import SACConfig
-from rlrobot.algorithms.sft import SFTConfig
-from rlrobot.envs.registry import resolve_backend, validate_task_id
-from rlrobot.policies.actor_critic import ActorCriticConfig
-from rlrobot.policies.flow import FlowPolicyConfig
-from rlrobot.tasks.mujoco_vec_env import OBS_MODES, REWARD_MODES
-from rlrobot.tasks.so101 import CONTROL_MODES
+from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, algorithm_spec
+from rlrobot.rewards import RewardConfig
+
+CONFIG_VERSION = 2
+"""config.json format: 2 since the algorithm registry (sections per algorithm, renamed fields); 1 before."""
 
 
 @dataclass
 class TrainConfig:
     task: str = "so101-reach"
-    """task id: a native task (so101-reach, so101-push, so101-lift) or a prefixed one (gym:Pendulum-v1)"""
+    """task id: a native task (rlrobot list-tasks) or a prefixed one (gym:Pendulum-v1, maniskill:PushCube-v1, isaaclab:...)"""
     algo: str = "ppo"
-    """learning algorithm: ppo | sac | sft (flow policy from demonstrations) | flow-noise | flow-sde (flow-policy PPO)"""
+    """learning algorithm (registered: rlrobot list-algos); `rlrobot train --algo X --help` shows X's options"""
     num_envs: int = 256
     total_steps: int = 1_000_000
-    """environment steps to train for (summed over envs)"""
+    """environment steps to train for (summed over envs and ranks)"""
     seed: int = 0
     out: str = ""
     """run directory (default: runs/<task>-<algo>-s<seed>)"""
@@ -40,30 +44,19 @@ class TrainConfig:
     """data-parallel training across the processes torchrun starts (gloo on CPU, NCCL on cuda): each rank its own
     num_envs envs and seed, gradients all-reduced; total_steps counts all ranks' env steps"""
     obs_mode: str = "state"
+    """native tasks: state | rgb | state+rgb (rlrobot list-tasks shows each task's modes)"""
     reward_mode: str = "dense"
+    """native tasks: dense | sparse"""
     control_mode: str = "ee_delta"
+    """native tasks: joint_pos | joint_delta | ee_delta"""
     max_episode_steps: int | None = None
+    reward: RewardConfig = field(default_factory=RewardConfig)
     num_threads: int = 0
     """simulator threads (0 = all cores)"""
     torch_threads: int = 1
     """torch intra-op threads during rollouts; 1 avoids contention with the simulator threads on small machines"""
     update_threads: int = 0
-    """torch intra-op threads during PPO / SAC updates, when the simulator is idle (0 = all cores)"""
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    sac: SACConfig = field(default_factory=SACConfig)
-    save_replay: bool = False
-    """(sac) write the replay buffer with each checkpoint so that --resume continues without a cold buffer"""
-    policy: ActorCriticConfig = field(default_factory=ActorCriticConfig)
-    flow: FlowPolicyConfig = field(default_factory=FlowPolicyConfig)
-    """(sft, flow-noise, flow-sde) the flow-matching action-chunk policy"""
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    flow_ppo: FlowPPOConfig = field(default_factory=FlowPPOConfig)
-    dataset: str = ""
-    """(sft) LeRobotDataset directory written by `rlrobot collect` (or any dataset with matching features)"""
-    init: str = ""
-    """(flow-noise, flow-sde) start from this SFT (or flow-RL) checkpoint: a checkpoint or run directory"""
-    execute_steps: int = 0
-    """(flow policies) actions of each chunk executed open-loop before re-planning (0 = the whole chunk)"""
+    """torch intra-op threads during updates, when the simulator is idle (0 = all cores)"""
     logger: Literal["tensorboard", "wandb", "none"] = "tensorboard"
     wandb_project: str = "rlrobot"
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
@@ -76,6 +69,37 @@ class TrainConfig:
     video: bool = True
     """record an evaluation video of env 0 at the end"""
     video_episodes: int = 2
+
+    # ------------------------------------------------------------------ registry look-ups
+    @property
+    def spec(self) -> AlgorithmSpec:
+        return algorithm_spec(self.algo)
+
+    @property
+    def algorithm(self) -> AlgorithmConfig:
+        """This run's algorithm section (``cfg.ppo``, ``cfg.sac``, ...)."""
+        return getattr(self, self.spec.config_field)
+
+    @property
+    def policy_config(self) -> Any:
+        """The section of the policy kind this algorithm trains (``cfg.policy`` or ``cfg.flow``)."""
+        from rlrobot.policies.registry import policy_spec
+
+        return getattr(self, policy_spec(self.spec.policy_kind).config_field)
+
+    def steps_per_iteration(self) -> int:
+        """Env steps of one runner iteration on one rank (0 for algorithms that do not step the env)."""
+        return self.algorithm.env_steps_per_iteration(self)
+
+    def episode_steps(self) -> int | None:
+        """The episode length of the task (None where the adapter decides it)."""
+        if self.max_episode_steps:
+            return self.max_episode_steps
+        if ":" in self.task:
+            return None
+        from rlrobot.envs.registry import task_spec
+
+        return task_spec(self.task).default_max_episode_steps
 
     def task_options(self) -> dict[str, Any]:
         if ":" in self.task:
@@ -93,129 +117,134 @@ class TrainConfig:
             "num_threads": self.num_threads or None,
         }
 
+    def reward_wrappers(self) -> list:
+        """The reward wrappers of the training env (evaluation always reports the task's own reward)."""
+        return self.reward.wrappers(self.algorithm.discount, algo=self.algo)
+
     def validate(self) -> None:
-        """Every bad value is reported with the field name and the allowed values, before any compute."""
+        """Every bad value is reported with the field name and the allowed values, before any compute. No I/O and no
+        changes to the config (``prepare`` in the algorithm does those)."""
+        from rlrobot.envs.registry import resolve_backend, validate_task_id, validate_task_modes
+
+        spec = self.spec  # an unknown algo is refused here with the registered names
+        if type(self) is not config_class(self.algo):
+            raise ValueError(f"algo={self.algo!r} needs its own config class (rlrobot.config.config_class({self.algo!r})); "
+                             f"got {type(self).__name__}")
         validate_task_id(self.task)
-        if self.algo not in ALGORITHMS:
-            raise ValueError(f"algo={self.algo!r} is not one of {ALGORITHMS}")
         resolve_backend(self.task, self.backend)
         if ":" not in self.task:
-            for name, allowed in (("obs_mode", OBS_MODES), ("reward_mode", REWARD_MODES),
-                                  ("control_mode", CONTROL_MODES)):
-                if getattr(self, name) not in allowed:
-                    raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
-            if self.obs_mode == "rgb" and self.policy.obs_key == "state" and self.algo not in FLOW_ALGORITHMS:
-                raise ValueError("obs_mode='rgb' gives no 'state' observation, and the MLP actor-critic reads "
-                                 "policy.obs_key='state': use obs_mode='state' or 'state+rgb'")
-        if self.num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {self.num_envs}")
-        if self.algo in FLOW_ALGORITHMS:
-            self.adopt_init_architecture()
-            self._validate_flow()
-        elif self.algo == "ppo":
-            per_iteration = self.num_envs * self.ppo.num_steps
-            if self.total_steps < per_iteration:
-                raise ValueError(f"total_steps={self.total_steps} is less than one rollout (num_envs x ppo.num_steps = "
-                                 f"{self.num_envs} x {self.ppo.num_steps} = {per_iteration})")
-            if per_iteration % self.ppo.num_minibatches:
-                raise ValueError(f"num_envs x ppo.num_steps = {per_iteration} must be divisible by "
-                                 f"ppo.num_minibatches={self.ppo.num_minibatches}")
-        else:
-            self.sac.validate(self.num_envs)
-            per_iteration = self.num_envs * self.sac.steps_per_iteration
-            if self.total_steps < per_iteration:
-                raise ValueError(f"total_steps={self.total_steps} is less than one iteration (num_envs x "
-                                 f"sac.steps_per_iteration = {self.num_envs} x {self.sac.steps_per_iteration} = "
-                                 f"{per_iteration})")
-        if self.algo in ("flow-noise", "flow-sde"):
-            per_iteration = self.steps_per_iteration()
-            if self.total_steps < per_iteration:
-                raise ValueError(f"total_steps={self.total_steps} is less than one rollout (num_envs x flow_ppo.num_steps "
-                                 f"x execute_steps = {per_iteration})")
-            if per_iteration // self.executed_steps() % self.flow_ppo.num_minibatches:
-                raise ValueError(f"num_envs x flow_ppo.num_steps must be divisible by flow_ppo.num_minibatches="
-                                 f"{self.flow_ppo.num_minibatches}")
-        if self.eval_episodes < 1 or self.eval_envs < 1:
-            raise ValueError("eval_episodes and eval_envs must be >= 1")
-        if self.torch_threads < 1:
-            raise ValueError(f"torch_threads must be >= 1, got {self.torch_threads}")
+            validate_task_modes(self.task, obs_mode=self.obs_mode, reward_mode=self.reward_mode,
+                                control_mode=self.control_mode)
+        for name in ("num_envs", "eval_episodes", "eval_envs", "torch_threads", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("eval_every", "num_threads", "update_threads", "total_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1, got {self.max_episode_steps}")
+        policy = self.policy_config
+        (policy.validate_for if hasattr(policy, "validate_for") else policy.validate)(self)
+        self.algorithm.validate(self)
+        self.reward.validate(self)
+        per_iteration = self.steps_per_iteration()
+        if per_iteration and self.total_steps < per_iteration:
+            raise ValueError(f"total_steps={self.total_steps} is less than one iteration of {spec.name} "
+                             f"({per_iteration} env steps)")
 
-    def _validate_flow(self) -> None:
-        from pathlib import Path
-
-        self.flow.validate()
-        if self.obs_mode == "rgb" and "state" in self.flow.obs_keys:
-            raise ValueError("obs_mode='rgb' gives no 'state' observation; set flow.obs_keys to image keys "
-                             "(e.g. image_front image_wrist) or use obs_mode='state+rgb'")
-        if not 0 <= self.execute_steps <= self.flow.chunk_size:
-            raise ValueError(f"execute_steps={self.execute_steps} must be in [0, flow.chunk_size={self.flow.chunk_size}] "
-                             "(0 = the whole chunk)")
-        episode = self.max_episode_steps or _default_episode_steps(self.task)
-        if episode and self.flow.chunk_size > episode:
-            raise ValueError(f"flow.chunk_size={self.flow.chunk_size} is larger than the episode of {self.task} "
-                             f"({episode} steps)")
-        if self.algo == "sft":
-            self.sft.validate()
-            if not self.dataset:
-                raise ValueError("algo='sft' needs --dataset DIR (a LeRobotDataset, e.g. from `rlrobot collect`)")
-            if not (Path(self.dataset) / "meta" / "info.json").is_file():
-                raise FileNotFoundError(f"dataset={self.dataset!r} is not a LeRobotDataset (no meta/info.json)")
-        else:
-            self.flow_ppo.validate()
-
-    def adopt_init_architecture(self) -> None:
-        """Flow-policy RL fine-tunes the ``--init`` checkpoint: its flow-policy architecture (and execute steps, unless
-        given) become this run's, and a checkpoint of another policy type is refused, before any compute."""
-        if self.algo not in ("flow-noise", "flow-sde") or not self.init or self.resume:
-            return
-        from rlrobot.runners.checkpoint import load_config
-
-        saved = load_config(self.init)  # FileNotFoundError naming the path
-        cls = saved.get("policy_class", "ActorCritic")
-        if cls != "FlowPolicy":
-            raise ValueError(f"init={self.init!r} holds a {cls} policy; algo={self.algo!r} fine-tunes a FlowPolicy "
-                             "(train one first with --algo sft)")
-        init_cfg = TrainConfig.from_dict(saved["train"])
-        self.flow = init_cfg.flow
-        if self.execute_steps == 0:
-            self.execute_steps = init_cfg.execute_steps
-
-    def executed_steps(self) -> int:
-        """Actions executed per flow-policy chunk."""
-        return self.execute_steps or self.flow.chunk_size
-
-    def steps_per_iteration(self) -> int:
-        """Env steps per runner iteration (summed over envs)."""
-        if self.algo == "ppo":
-            return self.num_envs * self.ppo.num_steps
-        if self.algo == "sac":
-            return self.num_envs * self.sac.steps_per_iteration
-        if self.algo == "sft":
-            return 0
-        return self.num_envs * self.flow_ppo.num_steps * self.executed_steps()
+    def prepare(self) -> None:
+        """What a run does before building anything: the algorithm reads the inputs the config names (``--init``,
+        ``--dataset``; its only I/O, which may adopt settings such as the ``--init`` architecture), then ``validate``."""
+        self.algorithm.prepare(self)  # an unknown algo is refused here with the registered names
+        self.validate()
 
     def run_dir(self) -> str:
         return self.out or f"runs/{self.task.replace(':', '_')}-{self.algo}-s{self.seed}"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        d = dict(d)
-        sections = {"ppo": PPOConfig, "sac": SACConfig, "policy": ActorCriticConfig, "flow": FlowPolicyConfig,
-                    "sft": SFTConfig, "flow_ppo": FlowPPOConfig}
-        # sections missing from older runs take their defaults; lists from JSON become the tuples they were
-        built = {name: kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.pop(name, {}).items()})
-                 for name, kind in sections.items()}
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**built, **{k: v for k, v in d.items() if k in known})
+        return {"config_version": CONFIG_VERSION, **dataclasses.asdict(self)}
 
 
-def _default_episode_steps(task: str) -> int | None:
-    if ":" in task:
-        return None
-    from rlrobot.tasks.so101 import TASKS
+@functools.cache
+def config_class(algo: str) -> type[TrainConfig]:
+    """The run config of one algorithm: the common fields, its section, its policy kind's section, its inputs."""
+    from rlrobot.policies.registry import policy_spec
 
-    cls = TASKS.get(task)
-    return cls.default_max_episode_steps if cls is not None else None
+    spec = algorithm_spec(algo)
+    policy = policy_spec(spec.policy_kind)
+    fields = [("algo", str, field(default=spec.name)),
+              (spec.config_field, spec.config, field(default_factory=spec.config)),
+              (policy.config_field, policy.config, field(default_factory=policy.config))]
+    name = "TrainConfig_" + spec.name.replace("-", "_")
+    # mixins first in the bases: dataclass fields follow the reversed MRO, so the common fields come first in --help
+    cls = dataclasses.make_dataclass(name, fields, bases=(*spec.run_fields, TrainConfig))
+    cls.__module__ = __name__
+    cls.__doc__ = f"Train with {spec.name}: {spec.summary}."
+    setattr(sys.modules[__name__], name, cls)  # importable by name (pickle, copy)
+    return cls
+
+
+def train_config(algo: str = "ppo", **fields: Any) -> TrainConfig:
+    """A run config for ``algo`` (what presets call): ``train_config("sac", task="so101-push", sac=SACConfig(...))``."""
+    return config_class(algo)(**fields)
+
+
+# ---------------------------------------------------------------------- loading saved configs
+_RENAMED_V1 = {  # section.field in config.json version 1 -> its version-2 place
+    ("ppo", "num_steps"): ("ppo", "rollout_steps"),
+    ("sac", "steps_per_iteration"): ("sac", "rollout_steps"),
+    ("sac", "num_critics"): ("policy", "num_critics"),
+    ("sac", "critic_layer_norm"): ("policy", "critic_layer_norm"),
+    ("flow", "num_steps"): ("flow", "denoising_steps"),
+    ("flow_ppo", "num_steps"): ("flow_ppo", "rollout_chunks"),
+    ("", "execute_steps"): ("flow", "execute_steps"),
+    ("", "save_replay"): ("sac", "save_replay"),
+}
+
+
+def upgrade_config(train: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 run config (written before the algorithm registry) in today's layout: renamed fields moved, the
+    sections of other algorithms dropped."""
+    if train.get("config_version", 1) >= CONFIG_VERSION:
+        return train
+    train = {k: (dict(v) if isinstance(v, dict) else v) for k, v in train.items()}
+    for (section, name), (new_section, new_name) in _RENAMED_V1.items():
+        source = train.get(section) if section else train
+        if isinstance(source, dict) and name in source:
+            value = source.pop(name)
+            train.setdefault(new_section, {})[new_name] = value
+    train["config_version"] = CONFIG_VERSION
+    return train
+
+
+def config_from_dict(train: dict[str, Any]) -> TrainConfig:
+    """The run config saved in a checkpoint's config.json (``train``), of any config version this code reads."""
+    train = upgrade_config(train)
+    algo = train.get("algo", "ppo")
+    cls = config_class(algo)
+    return _build(cls, {k: v for k, v in train.items() if k != "config_version"}, strict=False)
+
+
+def config_from_checkpoint(saved: dict[str, Any]) -> TrainConfig:
+    """The run config of a checkpoint's config.json contents."""
+    return config_from_dict(saved["train"])
+
+
+def _build(cls: type, values: dict[str, Any], strict: bool) -> Any:
+    """A dataclass from JSON values: nested sections built recursively, lists back to tuples, unknown keys dropped
+    (version-1 configs carry every algorithm's section) unless ``strict``."""
+    kwargs: dict[str, Any] = {}
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown and strict:
+        raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
+    for name, f in known.items():
+        if name not in values:
+            continue
+        value = values[name]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(default) and isinstance(value, dict):
+            kwargs[name] = _build(type(default), value, strict)
+        else:
+            kwargs[name] = tuple(value) if isinstance(value, list) else value
+    return cls(**kwargs)

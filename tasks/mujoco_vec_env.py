@@ -306,7 +306,8 @@ class MujocoVecEnv:
 
         obs = self._observe()
         t = self._to_tensor
-        info: dict[str, Any] = {"success": t(success)}
+        # the dense reward of the post-step state is the shaping potential Phi(s') (rlrobot.rewards.shaping)
+        info: dict[str, Any] = {"success": t(success), "next_potential": t(dense.astype(np.float32))}
         if done.any():
             done_t = t(done)
             info["episode"] = episode_info(
@@ -402,6 +403,10 @@ class MujocoVecEnv:
 
     def _set_task_state(self, state: dict[str, np.ndarray]) -> None:
         pass
+
+    def potential(self) -> torch.Tensor:
+        """Phi of the current states for potential-based shaping: the task's dense reward evaluated there."""
+        return self._to_tensor(self._evaluate()[0].astype(np.float32))
 
     def observe(self) -> Obs:
         """The current observation without stepping (after ``set_state``)."""

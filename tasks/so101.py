@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .mujoco_vec_env import MujocoVecEnv
+from rlrobot.envs.registry import TaskSpec, register_task
+
+from .mujoco_vec_env import OBS_MODES, REWARD_MODES, MujocoVecEnv
 
 ASSETS = Path(__file__).parent / "assets"
 CONTROL_MODES = ("joint_pos", "joint_delta", "ee_delta")
@@ -460,3 +462,5 @@ class SO101Lift(SO101Env):
 
 
 TASKS: dict[str, type[SO101Env]] = {cls.task_name: cls for cls in (SO101Reach, SO101Push, SO101Lift)}
+for _cls in TASKS.values():
+    register_task(TaskSpec(_cls.task_name, _cls, OBS_MODES, REWARD_MODES, CONTROL_MODES, _cls.default_max_episode_steps))

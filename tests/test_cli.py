@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-SMALL = ["--num-envs", "8", "--ppo.num-steps", "8", "--ppo.num-minibatches", "2", "--policy.actor-hidden", "16",
+SMALL = ["--num-envs", "8", "--ppo.rollout-steps", "8", "--ppo.num-minibatches", "2", "--policy.actor-hidden", "16",
          "--policy.critic-hidden", "16", "--eval-envs", "4", "--eval-episodes", "4", "--logger", "none",
          "--checkpoint-every", "1", "--video-episodes", "1"]
 
@@ -52,7 +52,11 @@ def test_train_resume_eval_round_trip(tmp_path):
     (["--control-mode", "torque"], "control_mode"),
     (["--backend", "bullet"], "backend"),
     (["--num-envs", "0"], "num_envs"),
-    (["--total-steps", "10"], "less than one rollout"),
+    (["--total-steps", "10"], "less than one iteration of ppo"),
+    (["--algo", "dqn"], "registered: flow-noise, flow-sde, ppo, sac, sft"),
+    (["--checkpoint-every", "0"], "checkpoint_every must be >= 1"),
+    (["--algo", "flow-noise"], "--init none"),
+    (["--reward.shaping", "magic"], "reward.shaping"),
     (["--algo", "sac", "--sac.utd", "0"], "sac.utd must be > 0"),
     (["--algo", "sac", "--sac.batch-size", "100000"], "larger than the replay contents at learning start"),
     (["--algo", "sac", "--sac.buffer-size", "8"], "smaller than num_envs"),
@@ -65,18 +69,18 @@ def test_bad_input_is_rejected_before_compute(tmp_path, args, message):
     assert not (tmp_path / "x").exists()  # nothing ran
 
 
-SAC_SMALL = ["--num-envs", "4", "--sac.steps-per-iteration", "4", "--sac.learning-starts", "32", "--sac.batch-size", "16",
+SAC_SMALL = ["--num-envs", "4", "--sac.rollout-steps", "4", "--sac.learning-starts", "32", "--sac.batch-size", "16",
              "--policy.actor-hidden", "16", "--policy.critic-hidden", "16", "--eval-envs", "4", "--eval-episodes", "4",
              "--logger", "none", "--checkpoint-every", "2", "--no-video"]
 
 
 def test_sac_train_resume_eval_round_trip(tmp_path):
     out = tmp_path / "sac"
-    rlrobot("train", "--task", "so101-reach", "--algo", "sac", "--total-steps", "64", "--save-replay", "--out", str(out),
+    rlrobot("train", "--task", "so101-reach", "--algo", "sac", "--total-steps", "64", "--sac.save-replay", "--out", str(out),
             *SAC_SMALL)
     ckpt = out / "checkpoints" / "iter_000004"
     assert (ckpt / "model.safetensors").is_file() and (ckpt / "replay.safetensors").is_file()
-    assert json.loads((ckpt / "config.json").read_text())["policy_class"] == "SACPolicy"
+    assert json.loads((ckpt / "config.json").read_text())["policy_kind"] == "sac"
     p = rlrobot("train", "--resume", "--out", str(out), "--total-steps", "96")
     assert "replay buffer restored: 64 transitions" in p.stdout
     assert json.loads((out / "summary.json").read_text())["env_steps"] == 96

@@ -1,10 +1,13 @@
-from .flow_ppo import FLOW_VARIANTS, FlowPPO, FlowPPOConfig
+"""Learning algorithms, one module each; every module registers an ``AlgorithmSpec`` (``registry.py``) on import.
+Adding an algorithm: a new module here, its import below, a preset in ``configs/`` and tests."""
+
+from . import flow_ppo, ppo, sac, sft  # noqa: F401  (register the built-in algorithms)
+from .flow_ppo import FLOW_VARIANTS, FlowPPO, FlowPPOConfig, InitCheckpoint
 from .ppo import PPO, PPOConfig
+from .registry import AlgorithmConfig, AlgorithmSpec, algorithm_names, algorithm_spec, register_algorithm
 from .sac import SAC, SACConfig
-from .sft import FlowSFT, SFTConfig
+from .sft import DatasetInput, FlowSFT, SFTConfig
 
-ALGORITHMS = ("ppo", "sac", "sft", "flow-noise", "flow-sde")
-FLOW_ALGORITHMS = ("sft", "flow-noise", "flow-sde")  # these train the flow-matching action-chunk policy
-
-__all__ = ["ALGORITHMS", "FLOW_ALGORITHMS", "FLOW_VARIANTS", "PPO", "PPOConfig", "SAC", "SACConfig", "FlowPPO",
-           "FlowPPOConfig", "FlowSFT", "SFTConfig"]
+__all__ = ["FLOW_VARIANTS", "PPO", "SAC", "AlgorithmConfig", "AlgorithmSpec", "DatasetInput", "FlowPPO", "FlowPPOConfig",
+           "FlowSFT", "InitCheckpoint", "PPOConfig", "SACConfig", "SFTConfig", "algorithm_names", "algorithm_spec",
+           "register_algorithm"]

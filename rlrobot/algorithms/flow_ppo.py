@@ -18,23 +18,31 @@ is the sum of their step rewards (time-outs bootstrapped by the runner with V(fi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from rlrobot.data.rollout_storage import ChunkRolloutStorage
+from rlrobot.algorithms.ppo import AdaptiveLR, clipped_value_loss, normalized_advantages, validate_ppo_common
+from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
+from rlrobot.data.rollout_storage import RolloutStorage
 from rlrobot.policies.flow import FlowPolicy, gaussian_log_prob
 
 FLOW_VARIANTS = {"flow-noise": "noise", "flow-sde": "sde"}
 SDE_MODES = ("hybrid", "full")
-LR_SCHEDULES = ("adaptive", "fixed")
 RATIO_LEVELS = ("chunk", "element")
 
 
 @dataclass
-class FlowPPOConfig:
-    num_steps: int = 8
-    """chunks per env per rollout"""
+class InitCheckpoint:
+    init: str = ""
+    """start from this checkpoint or run directory (an SFT or flow-RL run); 'none' starts from random weights"""
+
+
+@dataclass
+class FlowPPOConfig(AlgorithmConfig):
+    rollout_chunks: int = 8
+    """chunks per env per rollout (each executes flow.execute_steps actions)"""
     num_epochs: int = 4
     num_minibatches: int = 4
     clip: float = 0.2
@@ -48,7 +56,7 @@ class FlowPPOConfig:
     """(flow-noise) bonus on the noise head's Gaussian entropy"""
     lr: float = 1e-4
     """policy (encoder, velocity network, noise head); the starting value when lr_schedule is adaptive"""
-    lr_schedule: str = "adaptive"
+    lr_schedule: Literal["adaptive", "fixed"] = "adaptive"
     """adaptive: RSL-RL's rule on the policy lr (KL > 2x desired_kl: / 1.5; < desired_kl / 2: x 1.5) | fixed"""
     desired_kl: float = 0.02
     """per-chunk KL(old || new) target of the adaptive schedule"""
@@ -56,9 +64,9 @@ class FlowPPOConfig:
     lr_max: float = 1e-3
     value_lr: float = 1e-3
     max_grad_norm: float = 1.0
-    ratio_level: str = "chunk"
+    ratio_level: Literal["chunk", "element"] = "chunk"
     """chunk: one ratio per chunk | element: one ratio per action element (same advantage)"""
-    sde_mode: str = "hybrid"
+    sde_mode: Literal["hybrid", "full"] = "hybrid"
     """(flow-sde) hybrid: one random stochastic step per sample | full: every step stochastic"""
     noise_level: float = 0.5
     """(flow-sde) a in sigma_t = a * sqrt(t / (1 - t))"""
@@ -66,33 +74,58 @@ class FlowPPOConfig:
     """iterations that train only the value head (the SFT checkpoint has none)"""
     normalize_advantages: bool = True
 
-    def validate(self) -> None:
-        for name in ("num_steps", "num_epochs", "num_minibatches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"flow_ppo.{name} must be >= 1, got {getattr(self, name)}")
+    def validate(self, run) -> None:
+        validate_ppo_common(self, "flow_ppo")
+        if self.rollout_chunks < 1:
+            raise ValueError(f"flow_ppo.rollout_chunks must be >= 1, got {self.rollout_chunks}")
         if self.sde_mode not in SDE_MODES:
             raise ValueError(f"flow_ppo.sde_mode={self.sde_mode!r} is not one of {SDE_MODES}")
         if self.ratio_level not in RATIO_LEVELS:
             raise ValueError(f"flow_ppo.ratio_level={self.ratio_level!r} is not one of {RATIO_LEVELS}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"flow_ppo.lr_schedule={self.lr_schedule!r} is not one of {LR_SCHEDULES}")
         if self.dual_clip <= 1.0:
             raise ValueError(f"flow_ppo.dual_clip must be > 1, got {self.dual_clip}")
         if self.noise_level <= 0:
             raise ValueError(f"flow_ppo.noise_level must be > 0, got {self.noise_level}")
+        if not run.init and not run.resume:
+            raise ValueError(f"algo={run.algo!r} fine-tunes a flow policy: pass --init CHECKPOINT (e.g. an --algo sft run) "
+                             "or --init none to start from random weights")
+        if (run.num_envs * self.rollout_chunks) % self.num_minibatches:
+            raise ValueError(f"num_envs x flow_ppo.rollout_chunks = {run.num_envs * self.rollout_chunks} must be "
+                             f"divisible by flow_ppo.num_minibatches={self.num_minibatches}")
+
+    def env_steps_per_iteration(self, run) -> int:
+        return run.num_envs * self.rollout_chunks * (run.flow.execute_steps or run.flow.chunk_size)
+
+    def prepare(self, run) -> None:
+        """Fine-tuning starts from the ``--init`` checkpoint: its flow-policy architecture becomes this run's (a
+        checkpoint of another policy kind is refused)."""
+        if run.init in ("", "none") or run.resume:
+            return
+        from rlrobot.config import config_from_checkpoint
+        from rlrobot.policies.registry import policy_kind_of
+        from rlrobot.runners.checkpoint import load_config
+
+        saved = load_config(run.init)
+        kind = policy_kind_of(saved)
+        if kind != "flow":
+            raise ValueError(f"init={run.init!r} holds a {kind!r} policy; algo={run.algo!r} fine-tunes a 'flow' policy "
+                             "(train one first with --algo sft)")
+        init_flow = config_from_checkpoint(saved).flow
+        if run.flow.execute_steps:  # given on this command line: it wins over the checkpoint's
+            init_flow.execute_steps = run.flow.execute_steps
+        run.flow = init_flow
 
 
 class FlowPPO:
-    def __init__(self, policy: FlowPolicy, cfg: FlowPPOConfig, variant: str, execute_steps: int, device: torch.device,
-                 sync=None):
+    def __init__(self, policy: FlowPolicy, cfg: FlowPPOConfig, variant: str, device: torch.device, num_envs: int,
+                 obs_specs: dict[str, tuple[tuple[int, ...], torch.dtype]], sync=None):
         if variant not in FLOW_VARIANTS:
             raise ValueError(f"variant={variant!r} is not one of {sorted(FLOW_VARIANTS)}")
         self.policy, self.cfg, self.device = policy, cfg, device
         self.sync = sync  # data-parallel reductions (rlrobot.runners.distributed); None in one process
         self.mode = FLOW_VARIANTS[variant]
-        self.execute_steps = execute_steps
-        self.executed_dim = execute_steps * policy.action_dim  # log-probs cover the executed part of the chunk
-        value_params = list(policy.value_head.parameters())
+        self.executed_dim = policy.execute_steps * policy.action_dim  # log-probs cover the executed part of the chunk
+        value_params = list(policy.value_parameters())
         ids = {id(p) for p in value_params}
         policy_params = [p for p in policy.parameters() if id(p) not in ids]
         self.optimizer = torch.optim.Adam([{"params": policy_params, "lr": cfg.lr},
@@ -100,16 +133,27 @@ class FlowPPO:
         # clipped apart: the value head sees a detached embedding, and its large early gradients must not shrink
         # the policy's step through a shared norm
         self.param_groups = (policy_params, value_params)
+        self.lr_schedule = AdaptiveLR(cfg, self.optimizer, groups=(0,))  # the policy's lr; the value lr is fixed
         self.iterations = 0
-        self.lr = cfg.lr
+        self.storage = RolloutStorage(cfg.rollout_chunks, num_envs, obs_specs, {
+            "chains": ((policy.denoising_steps + 1, policy.flat_dim), torch.float32),
+            "steps": ((self.num_logged_steps,), torch.long),
+            "log_probs": ((self.executed_dim,), torch.float32)}, device)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "lr": self.lr_schedule.lr, "iterations": self.iterations}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_schedule.lr, self.iterations = state["lr"], state["iterations"]
 
     @property
     def num_logged_steps(self) -> int:
-        return 1 if self.mode == "sde" and self.cfg.sde_mode == "hybrid" else self.policy.num_steps
+        return 1 if self.mode == "sde" and self.cfg.sde_mode == "hybrid" else self.policy.denoising_steps
 
     def stochastic_steps(self, batch: int, generator: torch.Generator | None) -> torch.Tensor:
         """Indices [B, S] of the denoising steps that draw noise (and whose log-probs PPO uses)."""
-        k = self.policy.num_steps
+        k = self.policy.denoising_steps
         if self.num_logged_steps == 1:
             return torch.randint(k, (batch, 1), device=self.device, generator=generator)
         return torch.arange(k, device=self.device).expand(batch, k)
@@ -122,7 +166,7 @@ class FlowPPO:
         emb = policy.encode(obs)
         batch = emb.shape[0]
         steps = self.stochastic_steps(batch, generator)
-        mask = torch.zeros(batch, policy.num_steps, dtype=torch.bool, device=self.device)
+        mask = torch.zeros(batch, policy.denoising_steps, dtype=torch.bool, device=self.device)
         mask.scatter_(1, steps, True)
         chain, step_log_probs = policy.sample_chain(obs, self.mode, self.cfg.noise_level, mask, generator, emb=emb)
         log_probs = step_log_probs.gather(1, steps[:, :, None].expand(-1, -1, step_log_probs.shape[-1]))
@@ -137,15 +181,13 @@ class FlowPPO:
         entropy = (0.5 * torch.log(2 * torch.pi * torch.e * std.square())).mean()
         return log_probs, entropy, self.policy.value_from_embedding(emb)
 
-    def update(self, storage: ChunkRolloutStorage, generator: torch.Generator | None = None) -> dict[str, float]:
-        cfg = self.cfg
+    def update(self, generator: torch.Generator | None = None) -> dict[str, float]:
+        cfg, storage = self.cfg, self.storage
         stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0,
                  "first_ratio_max_deviation": 0.0}
         n = 0
         if cfg.normalize_advantages:
-            adv = storage.advantages
-            mean, std = self.sync.global_mean_std(adv) if self.sync else (adv.mean(), adv.std())
-            storage.advantages = (adv - mean) / (std + 1e-8)
+            storage.advantages = normalized_advantages(storage.advantages, self.sync)
         warmup = self.iterations < cfg.critic_warmup_iterations
         for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
             log_probs, entropy, value = self.evaluate_chain(mb["obs"], mb["chains"], mb["steps"])
@@ -160,17 +202,12 @@ class FlowPPO:
                 # k3 estimate of KL(old || new) per chunk, before this minibatch's step (Schulman's approximation)
                 chunk_log_ratio = log_ratio if log_ratio.dim() == 1 else log_ratio.sum(-1)
                 kl = self._reduce_mean(((chunk_log_ratio.exp() - 1) - chunk_log_ratio).mean())
-                if cfg.lr_schedule == "adaptive" and not warmup:
-                    if kl > 2.0 * cfg.desired_kl:
-                        self.lr = max(cfg.lr_min, self.lr / 1.5)
-                    elif kl < cfg.desired_kl / 2.0:
-                        self.lr = min(cfg.lr_max, self.lr * 1.5)
-                    self.optimizer.param_groups[0]["lr"] = self.lr
+                if not warmup:
+                    self.lr_schedule.step(kl)
             surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip))
             # dual clip: for negative advantages bound the loss by -c * A (a huge ratio cannot dominate the batch)
             surrogate = torch.where(adv < 0, torch.min(surrogate, -cfg.dual_clip * adv), surrogate).mean()
-            value_clipped = mb["values"] + (value - mb["values"]).clamp(-cfg.value_clip, cfg.value_clip)
-            value_loss = torch.max((value - mb["returns"]).square(), (value_clipped - mb["returns"]).square()).mean()
+            value_loss = clipped_value_loss(value, mb["values"], mb["returns"], cfg.value_clip)
             loss = cfg.value_coef * value_loss
             if not warmup:
                 loss = loss + surrogate
@@ -194,7 +231,7 @@ class FlowPPO:
         self.iterations += 1
         out = {k: (v / n if k != "first_ratio_max_deviation" else v) for k, v in stats.items()}
         out["critic_warmup"] = float(warmup)
-        out["lr"] = self.lr
+        out["lr"] = self.lr_schedule.lr
         return out
 
     # data-parallel training: statistics averaged and gradients all-reduced across ranks
@@ -210,8 +247,15 @@ def chain_log_likelihood(policy: FlowPolicy, obs: dict[str, torch.Tensor], chain
                          noise_level: float = 0.5) -> torch.Tensor:
     """Exact log-likelihood of full stochastic chains [B, K + 1, D]: log N(x(t=1); 0, I) + sum_k log N(x_{k+1}; mu_k,
     sigma_k^2), summed over elements -> [B]."""
-    k = policy.num_steps
+    k = policy.denoising_steps
     steps = torch.arange(k, device=chain.device).expand(len(chain), k)
     log_probs, _, _ = policy.chain_log_prob(obs, chain, steps, mode, noise_level)
     initial = gaussian_log_prob(chain[:, 0], torch.zeros_like(chain[:, 0]), torch.ones_like(chain[:, 0]))
     return initial.sum(-1) + log_probs.sum((1, 2))
+
+
+for _name, _what in (("flow-noise", "Flow-Noise PPO (pi_RL): learned per-step noise, exact chain log-probs"),
+                     ("flow-sde", "Flow-SDE PPO (pi_RL): reverse-SDE denoising steps, exact chain log-probs")):
+    register_algorithm(AlgorithmSpec(
+        name=_name, summary=_what + " (fine-tunes --init)", config_field="flow_ppo", config=FlowPPOConfig,
+        policy_kind="flow", runner="rlrobot.runners.flow_on_policy:FlowOnPolicyRunner", run_fields=(InitCheckpoint,)))

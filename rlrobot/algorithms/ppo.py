@@ -1,17 +1,22 @@
-"""PPO, RSL-RL-grade and readable top to bottom (ALGORITHMS.md has the formulas and defaults).
+"""PPO, RSL-RL-grade and readable top to bottom.
 
 Clipped surrogate and value loss, entropy bonus, GAE, gradient clipping, minibatches x epochs, and RSL-RL's
 adaptive learning rate driven by the KL between the rollout policy and the current one. Timeouts are bootstrapped
 with V(final_obs) by the runner, which has the true final observation thanks to same-step autoreset.
+
+The pieces flow-policy PPO shares (adaptive-KL learning rate, advantage normalisation, clipped value loss) are the
+functions and ``AdaptiveLR`` below.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.data.rollout_storage import RolloutStorage
 from rlrobot.policies.actor_critic import ActorCritic
 
@@ -19,8 +24,9 @@ LR_SCHEDULES = ("adaptive", "fixed")
 
 
 @dataclass
-class PPOConfig:
-    num_steps: int = 24  # rollout length per env per iteration
+class PPOConfig(AlgorithmConfig):
+    rollout_steps: int = 24
+    """vector-env steps per env per iteration (the rollout length)"""
     num_epochs: int = 5
     num_minibatches: int = 4
     clip: float = 0.2
@@ -30,27 +36,95 @@ class PPOConfig:
     value_coef: float = 1.0
     entropy_coef: float = 0.01
     lr: float = 1e-3
-    lr_schedule: str = "adaptive"
+    """the starting value when lr_schedule is adaptive"""
+    lr_schedule: Literal["adaptive", "fixed"] = "adaptive"
+    """adaptive: RSL-RL's rule (KL > 2 x desired_kl: lr / 1.5; 0 < KL < desired_kl / 2: lr x 1.5) | fixed"""
     desired_kl: float = 0.01
     lr_min: float = 1e-5
     lr_max: float = 1e-2
     max_grad_norm: float = 1.0
     normalize_advantages: bool = True
 
-    def __post_init__(self):
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"lr_schedule={self.lr_schedule!r} is not one of {LR_SCHEDULES}")
-        for name in ("num_steps", "num_epochs", "num_minibatches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+    def validate(self, run) -> None:
+        validate_ppo_common(self, "ppo")
+        if self.rollout_steps < 1:
+            raise ValueError(f"ppo.rollout_steps must be >= 1, got {self.rollout_steps}")
+        per_iteration = run.num_envs * self.rollout_steps
+        if per_iteration % self.num_minibatches:
+            raise ValueError(f"num_envs x ppo.rollout_steps = {per_iteration} must be divisible by "
+                             f"ppo.num_minibatches={self.num_minibatches}")
+
+    def env_steps_per_iteration(self, run) -> int:
+        return run.num_envs * self.rollout_steps
+
+
+def validate_ppo_common(cfg, section: str) -> None:
+    """Checks PPO and flow-policy PPO share (``section`` names the CLI prefix in the message)."""
+    for name in ("num_epochs", "num_minibatches"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{section}.{name} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"{section}.lr_schedule={cfg.lr_schedule!r} is not one of {LR_SCHEDULES}")
+    for name in ("lr", "lr_min", "lr_max", "clip", "desired_kl"):
+        if not getattr(cfg, name) > 0:
+            raise ValueError(f"{section}.{name} must be > 0, got {getattr(cfg, name)}")
+    if not 0.0 <= cfg.gamma <= 1.0 or not 0.0 <= cfg.lam <= 1.0:
+        raise ValueError(f"{section}.gamma and {section}.lam must be in [0, 1], got {cfg.gamma} and {cfg.lam}")
+
+
+class AdaptiveLR:
+    """RSL-RL's KL-adaptive learning rate: lr / 1.5 when KL > 2 x desired, lr x 1.5 when 0 < KL < desired / 2, kept
+    in [lr_min, lr_max] and written into the optimizer's param groups ``groups`` (indices: the optimizer replaces its
+    group dicts when it loads a state_dict, so they are looked up each time)."""
+
+    def __init__(self, cfg, optimizer: torch.optim.Optimizer, groups: tuple[int, ...] | None = None):
+        self.cfg, self.optimizer = cfg, optimizer
+        self.groups = tuple(range(len(optimizer.param_groups))) if groups is None else groups
+        self.lr = cfg.lr
+
+    def step(self, kl: float | torch.Tensor) -> None:
+        cfg = self.cfg
+        if cfg.lr_schedule != "adaptive":
+            return
+        if kl > 2.0 * cfg.desired_kl:
+            self.lr = max(cfg.lr_min, self.lr / 1.5)
+        elif 0.0 < kl < cfg.desired_kl / 2.0:
+            self.lr = min(cfg.lr_max, self.lr * 1.5)
+        for i in self.groups:
+            self.optimizer.param_groups[i]["lr"] = self.lr
+
+
+def normalized_advantages(advantages: torch.Tensor, sync=None) -> torch.Tensor:
+    """(A - mean) / std, with the statistics over all ranks in data-parallel training."""
+    mean, std = sync.global_mean_std(advantages) if sync else (advantages.mean(), advantages.std())
+    return (advantages - mean) / (std + 1e-8)
+
+
+def clipped_value_loss(value: torch.Tensor, old_value: torch.Tensor, returns: torch.Tensor, clip: float) -> torch.Tensor:
+    clipped = old_value + (value - old_value).clamp(-clip, clip)
+    return torch.max((value - returns).square(), (clipped - returns).square()).mean()
 
 
 class PPO:
-    def __init__(self, policy: ActorCritic, cfg: PPOConfig, device: torch.device, sync=None):
+    def __init__(self, policy: ActorCritic, cfg: PPOConfig, device: torch.device, num_envs: int,
+                 obs_specs: dict[str, tuple[tuple[int, ...], torch.dtype]], sync=None):
         self.policy, self.cfg, self.device = policy, cfg, device
         self.sync = sync  # data-parallel reductions (rlrobot.runners.distributed); None in one process
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-        self.lr = cfg.lr
+        self.lr_schedule = AdaptiveLR(cfg, self.optimizer)
+        a = ((policy.action_dim,), torch.float32)
+        scalar = ((), torch.float32)
+        self.storage = RolloutStorage(cfg.rollout_steps, num_envs, obs_specs, {
+            "actions": a, "log_probs": scalar, "action_mean": a, "action_std": a}, device)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "lr": self.lr_schedule.lr}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_schedule.lr = state["lr"]
+        for group in self.optimizer.param_groups:
+            group["lr"] = state["lr"]
 
     @torch.no_grad()
     def act(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -61,14 +135,12 @@ class PPO:
         value = self.policy.critic(x).squeeze(-1)
         return action, dist.log_prob(action).sum(-1), value, dist.mean, dist.stddev
 
-    def update(self, storage: RolloutStorage, generator: torch.Generator | None = None) -> dict[str, float]:
-        cfg = self.cfg
+    def update(self, generator: torch.Generator | None = None) -> dict[str, float]:
+        cfg, storage = self.cfg, self.storage
         stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_fraction": 0.0}
         n = 0
-        advantages = storage.advantages
         if cfg.normalize_advantages:
-            mean, std = self.sync.global_mean_std(advantages) if self.sync else (advantages.mean(), advantages.std())
-            storage.advantages = (advantages - mean) / (std + 1e-8)
+            storage.advantages = normalized_advantages(storage.advantages, self.sync)
         for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
             x = self.policy.features(mb["obs"])
             dist = self.policy.distribution(x)
@@ -76,25 +148,18 @@ class PPO:
             entropy = dist.entropy().sum(-1).mean()
             value = self.policy.critic(x).squeeze(-1)
 
-            # KL(old || new) of diagonal Gaussians drives the adaptive learning rate (RSL-RL)
+            # KL(old || new) of diagonal Gaussians drives the adaptive learning rate
             with torch.no_grad():
                 old_mu, old_sigma = mb["action_mean"], mb["action_std"]
                 kl = (torch.log(dist.stddev / old_sigma) + (old_sigma.square() + (old_mu - dist.mean).square())
                       / (2.0 * dist.stddev.square()) - 0.5).sum(-1).mean()
                 kl = self._reduce_mean(kl)
-                if cfg.lr_schedule == "adaptive":
-                    if kl > 2.0 * cfg.desired_kl:
-                        self.lr = max(cfg.lr_min, self.lr / 1.5)
-                    elif 0.0 < kl < cfg.desired_kl / 2.0:
-                        self.lr = min(cfg.lr_max, self.lr * 1.5)
-                    for group in self.optimizer.param_groups:
-                        group["lr"] = self.lr
+                self.lr_schedule.step(kl)
 
             ratio = torch.exp(log_prob - mb["log_probs"])
             adv = mb["advantages"]
             surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip)).mean()
-            value_clipped = mb["values"] + (value - mb["values"]).clamp(-cfg.value_clip, cfg.value_clip)
-            value_loss = torch.max((value - mb["returns"]).square(), (value_clipped - mb["returns"]).square()).mean()
+            value_loss = clipped_value_loss(value, mb["values"], mb["returns"], cfg.value_clip)
             loss = surrogate + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
 
             self.optimizer.zero_grad(set_to_none=True)
@@ -110,7 +175,7 @@ class PPO:
             stats["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip).float().mean().item()
             n += 1
         out = {k: v / n for k, v in stats.items()}
-        out["lr"] = self.lr
+        out["lr"] = self.lr_schedule.lr
         out["action_std"] = self.policy.log_std.exp().mean().item()
         return out
 
@@ -121,3 +186,8 @@ class PPO:
     def _reduce_gradients(self) -> None:
         if self.sync:
             self.sync.gradients(self.policy.parameters())
+
+
+register_algorithm(AlgorithmSpec(
+    name="ppo", summary="PPO (RSL-RL-grade) on the MLP Gaussian actor-critic", config_field="ppo", config=PPOConfig,
+    policy_kind="actor-critic", runner="rlrobot.runners.on_policy:OnPolicyRunner"))

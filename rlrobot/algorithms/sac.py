@@ -11,18 +11,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
+from rlrobot.data.replay_buffer import ReplayBuffer
 from rlrobot.policies.sac_policy import SACPolicy
 
 ACTOR_Q_REDUCTIONS = ("min", "mean")
 
 
 @dataclass
-class SACConfig:
+class SACConfig(AlgorithmConfig):
     gamma: float = 0.99
     tau: float = 0.005
     """Polyak rate of the target critics"""
@@ -34,8 +36,10 @@ class SACConfig:
     buffer_size: int = 1_000_000
     """replay capacity in transitions"""
     n_step: int = 1
-    steps_per_iteration: int = 4
+    rollout_steps: int = 4
     """vector-env steps collected between two update phases (one runner iteration)"""
+    save_replay: bool = False
+    """write the replay buffer with each checkpoint so that --resume continues without a cold buffer"""
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
     alpha_lr: float = 3e-4
@@ -43,35 +47,35 @@ class SACConfig:
     autotune_alpha: bool = True
     target_entropy: float | None = None
     """entropy target of the temperature tuning (default -|A|)"""
-    num_critics: int = 2
     num_target_critics: int = 2
-    """size of the random critic subset whose min forms the target (REDQ's M; = num_critics for plain SAC)"""
-    critic_layer_norm: bool = False
-    actor_q: str = "min"
+    """size of the random critic subset whose min forms the target (REDQ's M; = policy.num_critics for plain SAC)"""
+    actor_q: Literal["min", "mean"] = "min"
     """how the actor reduces the critic ensemble: min (SAC) or mean (REDQ)"""
     actor_update_every: int = 1
     """critic updates per actor (and temperature) update"""
     max_grad_norm: float = 0.0
     """gradient-norm clip for actor and critics (0 = off)"""
 
-    def __post_init__(self):
+    def env_steps_per_iteration(self, run) -> int:
+        return run.num_envs * self.rollout_steps
+
+    def validate(self, run) -> None:
+        """Every bad value named with its field and what is allowed, before anything is built."""
+        num_envs = run.num_envs
         if self.actor_q not in ACTOR_Q_REDUCTIONS:
             raise ValueError(f"sac.actor_q={self.actor_q!r} is not one of {ACTOR_Q_REDUCTIONS}")
-
-    def validate(self, num_envs: int) -> None:
-        """Every bad value named with its field and what is allowed, before anything is built."""
         if not self.utd > 0:
             raise ValueError(f"sac.utd must be > 0 (gradient updates per collected transition), got {self.utd}")
-        for name in ("batch_size", "n_step", "steps_per_iteration", "num_critics", "num_target_critics",
-                     "actor_update_every"):
+        for name in ("batch_size", "n_step", "rollout_steps", "num_target_critics", "actor_update_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"sac.{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"sac.tau must be in (0, 1], got {self.tau}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"sac.gamma must be in [0, 1], got {self.gamma}")
-        if self.num_target_critics > self.num_critics:
-            raise ValueError(f"sac.num_target_critics={self.num_target_critics} exceeds sac.num_critics={self.num_critics}")
+        if self.num_target_critics > run.policy.num_critics:
+            raise ValueError(f"sac.num_target_critics={self.num_target_critics} exceeds policy.num_critics="
+                             f"{run.policy.num_critics}")
         if self.init_alpha <= 0:
             raise ValueError(f"sac.init_alpha must be > 0, got {self.init_alpha}")
         if self.buffer_size < num_envs:
@@ -90,8 +94,13 @@ class SACConfig:
 
 
 class SAC:
-    def __init__(self, policy: SACPolicy, cfg: SACConfig, device: torch.device, sync=None):
+    def __init__(self, policy: SACPolicy, cfg: SACConfig, device: torch.device, num_envs: int,
+                 obs_specs: dict[str, tuple[tuple[int, ...], torch.dtype]], sync=None):
         self.policy, self.cfg, self.device = policy, cfg, device
+        self.replay = ReplayBuffer(cfg.buffer_size, num_envs, {k: shape for k, (shape, _) in obs_specs.items()},
+                                   policy.action_dim, device, obs_dtypes={k: dtype for k, (_, dtype) in obs_specs.items()},
+                                   n_step=cfg.n_step, gamma=cfg.gamma)
+        self.update_debt = 0.0  # fractional updates carried to the next iteration
         self.sync = sync  # data-parallel: gradients all-reduced before each step (rlrobot.runners.distributed)
         self.actor_optimizer = torch.optim.Adam(policy.actor.parameters(), lr=cfg.actor_lr, **_fast_adam(device))
         self.critic_optimizer = torch.optim.Adam(policy.critic.parameters(), lr=cfg.critic_lr, **_fast_adam(device))
@@ -104,13 +113,39 @@ class SAC:
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor": self.actor_optimizer, "critic": self.critic_optimizer, "alpha": self.alpha_optimizer}
 
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizers, temperature and counters (the replay buffer is ``replay_state_dict``, saved only on request)."""
+        return {"optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+                "log_alpha": self.log_alpha.detach().clone(), "num_updates": self.num_updates,
+                "update_debt": self.update_debt}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name, optimizer in self.optimizers.items():
+            optimizer.load_state_dict(state["optimizers"][name])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.num_updates, self.update_debt = state["num_updates"], state["update_debt"]
+
+    def replay_state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        return self.replay.state_dict()
+
+    def load_replay_state_dict(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        self.replay.load_state_dict(tensors, meta)
+
+    def updates_due(self, transitions: int) -> int:
+        """Gradient updates owed for ``transitions`` new transitions at the configured UTD (fractions carry over)."""
+        self.update_debt += self.cfg.utd * transitions
+        due = int(self.update_debt)
+        self.update_debt -= due
+        return due
+
     @property
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.detach().exp()
 
     def _target_q(self, q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """Min over a random subset of M target critics (REDQ); all of them when M = N."""
-        n, m = self.cfg.num_critics, self.cfg.num_target_critics
+        n, m = self.policy.cfg.num_critics, self.cfg.num_target_critics
         if m < n:
             subset = torch.randperm(n, device=q.device, generator=generator)[:m]
             q = q[subset]
@@ -167,7 +202,6 @@ class SAC:
         stats["alpha"] = self.alpha
         return stats
 
-
     def _reduce_gradients(self, params) -> None:
         if self.sync:
             self.sync.gradients(params)
@@ -176,3 +210,8 @@ class SAC:
 def _fast_adam(device: torch.device) -> dict[str, bool]:
     """Fused Adam (one kernel for all parameters): a large share of a small-network update on the CPU otherwise."""
     return {"fused": True} if device.type in ("cpu", "cuda") else {}
+
+
+register_algorithm(AlgorithmSpec(
+    name="sac", summary="SAC / REDQ with a device replay buffer, high UTD, n-step returns", config_field="sac",
+    config=SACConfig, policy_kind="sac", runner="rlrobot.runners.off_policy:OffPolicyRunner"))

@@ -7,16 +7,26 @@ pi0's Beta(1.5, 1) skewed to high noise (or uniform), masked where a chunk runs 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
 import torch
 
+from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.data.demonstrations import Demonstrations
+from rlrobot.policies.flow import FlowPolicy
 
 TIME_SAMPLING = ("beta", "uniform")
 
 
 @dataclass
-class SFTConfig:
+class DatasetInput:
+    dataset: str = ""
+    """LeRobotDataset directory (e.g. written by `rlrobot collect`, or any dataset with matching features)"""
+
+
+@dataclass
+class SFTConfig(AlgorithmConfig):
     num_updates: int = 5000
     """gradient steps"""
     batch_size: int = 256
@@ -24,20 +34,34 @@ class SFTConfig:
     weight_decay: float = 1e-4
     warmup_updates: int = 200
     max_grad_norm: float = 1.0
-    time_sampling: str = "beta"
+    time_sampling: Literal["beta", "uniform"] = "beta"
     """beta (pi0: Beta(1.5, 1), skewed to high noise) | uniform"""
     updates_per_iteration: int = 100
     """gradient steps between log lines (one runner iteration)"""
     max_episodes: int = 0
     """use only the first N episodes of the dataset (0 = all)"""
 
-    def validate(self) -> None:
-        if self.num_updates < 1 or self.batch_size < 1 or self.updates_per_iteration < 1:
-            raise ValueError("sft.num_updates, sft.batch_size and sft.updates_per_iteration must be >= 1")
+    def validate(self, run) -> None:
+        for name in ("num_updates", "batch_size", "updates_per_iteration"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"sft.{name} must be >= 1, got {getattr(self, name)}")
+        if not run.dataset:
+            raise ValueError(f"algo={run.algo!r} needs --dataset DIR (a LeRobotDataset, e.g. from `rlrobot collect`)")
         if self.time_sampling not in TIME_SAMPLING:
             raise ValueError(f"sft.time_sampling={self.time_sampling!r} is not one of {TIME_SAMPLING}")
         if self.lr <= 0:
             raise ValueError(f"sft.lr must be > 0, got {self.lr}")
+
+    def env_steps_per_iteration(self, run) -> int:
+        return 0  # learns from the dataset; the env is only evaluated
+
+    @property
+    def discount(self) -> None:
+        return None
+
+    def prepare(self, run) -> None:
+        if not (Path(run.dataset) / "meta" / "info.json").is_file():
+            raise FileNotFoundError(f"dataset={run.dataset!r} is not a LeRobotDataset (no meta/info.json)")
 
 
 def sample_time(batch: int, how: str, generator: torch.Generator, device: torch.device) -> torch.Tensor:
@@ -49,15 +73,22 @@ def sample_time(batch: int, how: str, generator: torch.Generator, device: torch.
 
 
 class FlowSFT:
-    def __init__(self, policy, demos: Demonstrations, cfg: SFTConfig, device: torch.device, sync=None):
+    def __init__(self, policy: FlowPolicy, demos: Demonstrations, cfg: SFTConfig, device: torch.device, sync=None):
         self.policy, self.demos, self.cfg, self.device = policy, demos, cfg, device
         self.sync = sync  # data-parallel: each rank draws its own minibatches, gradients are averaged
         self.obs = {k: v.to(device) for k, v in demos.obs.items()}
         self.chunks = demos.chunks.to(device)
         self.mask = demos.mask.to(device)
-        params = [p for n, p in policy.named_parameters() if not n.startswith(("value_head", "noise_head"))]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(list(policy.flow_matching_parameters()), lr=cfg.lr,
+                                           weight_decay=cfg.weight_decay)
         self.updates = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = state["updates"]
 
     def lr_at(self, update: int) -> float:
         """Linear warm-up, then cosine decay to 10 % (common for flow / diffusion policies)."""
@@ -91,3 +122,8 @@ class FlowSFT:
             losses.append(loss.item())
         policy.eval()
         return {"flow_matching": float(sum(losses) / len(losses)), "lr": lr}
+
+
+register_algorithm(AlgorithmSpec(
+    name="sft", summary="flow-matching SFT of the flow policy on a LeRobotDataset (pi0's recipe)", config_field="sft",
+    config=SFTConfig, policy_kind="flow", runner="rlrobot.runners.sft:SFTRunner", run_fields=(DatasetInput,)))

@@ -15,7 +15,7 @@ from rlrobot.bench.mujoco_bench import BenchArgs, _rate, console, ppo_rate
 
 def run_adapter_bench(args: BenchArgs) -> dict:
     import rlrobot
-    from rlrobot.config import TrainConfig
+    from rlrobot.config import train_config
 
     task = args.task if args.task.startswith("maniskill:") else "maniskill:PushCube-v1"
     torch.set_num_threads(args.torch_threads)
@@ -35,9 +35,9 @@ def run_adapter_bench(args: BenchArgs) -> dict:
         actions = torch.rand(n, env.action_dim, generator=gen) * 2 - 1
         vec = _rate(lambda env=env, actions=actions: env.step(actions), n, args.seconds)
         env.close()
-        cfg = TrainConfig(task=task, num_envs=n, total_steps=10**9, logger="none", torch_threads=args.torch_threads,
+        cfg = train_config("ppo", task=task, num_envs=n, total_steps=10**9, logger="none", torch_threads=args.torch_threads,
                           out="/tmp/rlrobot-bench")
-        cfg.ppo.num_steps = args.ppo_steps
+        cfg.ppo.rollout_steps = args.ppo_steps
         ppo = ppo_rate(cfg, args.ppo_iterations)
         rows.append({"num_envs": n, "sim_steps_per_s": raw, "vecenv_steps_per_s": vec, "ppo_steps_per_s": ppo,
                      "b_over_a": vec / raw, "c_over_a": ppo / raw})

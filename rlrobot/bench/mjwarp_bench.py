@@ -20,7 +20,7 @@ from rlrobot.bench.mujoco_bench import BenchArgs, _rate, console, ppo_rate, vece
 
 def run_mjwarp_bench(args: BenchArgs) -> dict:
     import rlrobot
-    from rlrobot.config import TrainConfig
+    from rlrobot.config import train_config
 
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_num_threads(args.torch_threads)
@@ -39,10 +39,10 @@ def run_mjwarp_bench(args: BenchArgs) -> dict:
         env.reset(seed=0)
         vec = vecenv_rate(env, n, args.seconds)
         env.close()
-        cfg = TrainConfig(task=args.task, backend="mjwarp", device=device, num_envs=n, total_steps=10**9,
+        cfg = train_config("ppo", task=args.task, backend="mjwarp", device=device, num_envs=n, total_steps=10**9,
                           logger="none", control_mode=args.control_mode, torch_threads=args.torch_threads,
                           out="/tmp/rlrobot-bench-mjwarp")
-        cfg.ppo.num_steps = args.ppo_steps
+        cfg.ppo.rollout_steps = args.ppo_steps
         ppo = ppo_rate(cfg, args.ppo_iterations)
         rows.append({"num_envs": n, "native_raw_steps_per_s": native_raw, "warp_raw_steps_per_s": warp_raw,
                      "warp_vecenv_steps_per_s": vec, "warp_ppo_steps_per_s": ppo,

@@ -89,7 +89,7 @@ def ppo_rate(cfg, iterations: int) -> float:
     for _ in range(iterations):
         runner._rollout()
         runner.update()
-    rate = iterations * cfg.num_envs * cfg.ppo.num_steps / (time.perf_counter() - start)
+    rate = iterations * cfg.num_envs * cfg.ppo.rollout_steps / (time.perf_counter() - start)
     runner.env.close()
     return rate
 
@@ -128,7 +128,7 @@ def run_bench(args: BenchArgs) -> dict:
                 json.dump(result, f, indent=2)
         return result
     import rlrobot
-    from rlrobot.config import TrainConfig
+    from rlrobot.config import train_config
 
     torch.set_num_threads(args.torch_threads)
     rows = []
@@ -140,7 +140,7 @@ def run_bench(args: BenchArgs) -> dict:
         env.reset(seed=0)
         vec = vecenv_rate(env, n, args.seconds)
         env.close()
-        cfg = TrainConfig(task=args.task, num_envs=n, total_steps=10**9, logger="none", control_mode=args.control_mode,
+        cfg = train_config("ppo", task=args.task, num_envs=n, total_steps=10**9, logger="none", control_mode=args.control_mode,
                           num_threads=args.num_threads, torch_threads=args.torch_threads, out="/tmp/rlrobot-bench")
         ppo = ppo_rate(cfg, args.ppo_iterations)
         rows.append({"num_envs": n, "raw_steps_per_s": raw, "rollout_steps_per_s": via_rollout,
@@ -171,7 +171,7 @@ def sac_bench(args: BenchArgs) -> dict:
     from rlrobot.runners.off_policy import OffPolicyRunner
 
     cfg = preset(args.task, "sac")
-    cfg.algo, cfg.logger, cfg.out, cfg.total_steps = "sac", "none", "/tmp/rlrobot-bench-sac", 10**9
+    cfg.logger, cfg.out, cfg.total_steps = "none", "/tmp/rlrobot-bench-sac", 10**9
     cfg.control_mode, cfg.num_threads, cfg.torch_threads = args.control_mode, args.num_threads, args.torch_threads
     n = cfg.num_envs
     env = rlrobot.make(cfg.task, n, seed=0, control_mode=args.control_mode, num_threads=args.num_threads or None)
@@ -193,9 +193,9 @@ def sac_bench(args: BenchArgs) -> dict:
             iterations += 1
         return time.perf_counter() - start, iterations
 
-    updates_before = runner.num_updates
+    updates_before = runner.algo.num_updates
     elapsed, iterations = timed(runner.train_iteration)
-    updates = runner.num_updates - updates_before
+    updates = runner.algo.num_updates - updates_before
     collect_elapsed, collect_iterations = timed(runner._collect)
     runner.env.close()
     row = {"num_envs": n, "utd": cfg.sac.utd, "batch_size": cfg.sac.batch_size, "raw_steps_per_s": raw,

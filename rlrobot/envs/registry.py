@@ -1,7 +1,15 @@
-"""``rlrobot.make``: one factory for native tasks and simulator adapters (task ids as in DESIGN.md)."""
+"""``rlrobot.make``: one factory for native tasks and simulator adapters, and the task registry.
+
+Native tasks register a ``TaskSpec`` (their id, entry point and the observation / reward / control modes they
+support) from their own module; ``rlrobot.tasks`` imports those modules. Other simulators' tasks are named by prefix
+(``gym:Pendulum-v1``, ``maniskill:PickCube-v1``, ``isaaclab:...``) and looked up in their own registries.
+"""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -13,10 +21,49 @@ NATIVE_BACKENDS = ("mujoco", "mjwarp")  # the native MJCF tasks run on either: s
 ADAPTER_PREFIXES = {"gym": "gymnasium", "maniskill": "maniskill", "isaaclab": "isaaclab"}
 
 
-def native_task_ids() -> list[str]:
-    from rlrobot.tasks.so101 import TASKS
+@dataclass(frozen=True)
+class TaskSpec:
+    id: str
+    entry_point: Callable[..., VecEnv]
+    """(num_envs, device=, seed=, **task_options) -> VecEnv (a MujocoVecEnv subclass for the native backends)"""
+    obs_modes: tuple[str, ...]
+    reward_modes: tuple[str, ...]
+    control_modes: tuple[str, ...]
+    default_max_episode_steps: int
+    has_expert: bool = True
+    """a scripted expert (``expert_action()``) exists: ``rlrobot collect`` can record demonstrations"""
 
-    return sorted(TASKS)
+
+_TASKS: dict[str, TaskSpec] = {}
+
+
+def register_task(spec: TaskSpec) -> TaskSpec:
+    if spec.id in _TASKS and _TASKS[spec.id] != spec:
+        raise ValueError(f"task {spec.id!r} is registered twice")
+    _TASKS[spec.id] = spec
+    return spec
+
+
+def native_task_ids() -> list[str]:
+    import rlrobot.tasks  # noqa: F401  (native task modules register themselves on import)
+
+    return sorted(_TASKS)
+
+
+def task_spec(task_id: str) -> TaskSpec:
+    validate_task_id(task_id)
+    if ":" in task_id:
+        raise ValueError(f"task={task_id!r} is an adapter task; it has no native task spec")
+    return _TASKS[task_id]
+
+
+def validate_task_modes(task_id: str, **modes: str) -> None:
+    """``obs_mode=``, ``reward_mode=``, ``control_mode=`` against what the task registered."""
+    spec = task_spec(task_id)
+    for name, value in modes.items():
+        allowed = getattr(spec, name.replace("_mode", "_modes"))
+        if value not in allowed:
+            raise ValueError(f"{name}={value!r} is not one of {allowed} (task {task_id})")
 
 
 def validate_task_id(task_id: str) -> None:
@@ -45,9 +92,11 @@ def validate_task_id(task_id: str) -> None:
                 raise ValueError(f"task={task_id!r}: Isaac Lab registers no task {name!r}")
         return
     if task_id not in native_task_ids():
+        close = difflib.get_close_matches(task_id, native_task_ids(), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise ValueError(
-            f"task={task_id!r} is not a known task; valid tasks: {native_task_ids()} or a prefixed id such as "
-            "'gym:Pendulum-v1'"
+            f"task={task_id!r} is not a known task; {hint}valid tasks: {native_task_ids()} or a prefixed id such as "
+            "'gym:Pendulum-v1', 'maniskill:PickCube-v1', 'isaaclab:<task>'"
         )
 
 
@@ -76,9 +125,19 @@ def make(
     backend: str | None = None,
     device: str | torch.device | None = None,
     seed: int | None = None,
+    reward_wrappers: Sequence[Callable[[VecEnv], VecEnv]] = (),
     **task_options: Any,
 ) -> VecEnv:
-    """Build a batched env. Native tasks by name (``so101-reach``), other simulators by prefix (``gym:...``)."""
+    """Build a batched env. Native tasks by name (``so101-reach``), other simulators by prefix (``gym:...``).
+    ``reward_wrappers`` (env -> env, e.g. ``RewardConfig(shaping="dense-potential").wrappers(0.99)``) wrap it in order."""
+    env = _make(task_id, num_envs, backend, device, seed, task_options)
+    for wrap in reward_wrappers:
+        env = wrap(env)
+    return env
+
+
+def _make(task_id: str, num_envs: int, backend: str | None, device, seed: int | None, task_options: dict[str, Any]
+          ) -> VecEnv:
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     validate_task_id(task_id)
@@ -97,9 +156,7 @@ def make(
         from rlrobot.tasks.isaaclab_adapter import IsaacLabVecEnv
 
         return IsaacLabVecEnv(name, num_envs, device=device, seed=seed, **task_options)
-    from rlrobot.tasks.so101 import TASKS
-
-    task_cls = TASKS[task_id]
+    task_cls = _TASKS[task_id].entry_point
     if backend == "mjwarp":
         from rlrobot.tasks.mjwarp_backend import mjwarp_task_class
 

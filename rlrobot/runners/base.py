@@ -5,9 +5,11 @@ progress, periodic evaluation and the final summary. Subclasses supply one train
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,66 +22,19 @@ import rlrobot
 from rlrobot.config import TrainConfig
 from rlrobot.logging.loggers import Logger
 from rlrobot.logging.plots import plot_learning_curve
+from rlrobot.policies.registry import build_policy, check_compatible, policy_kind_of, policy_metadata
 from rlrobot.runners.checkpoint import load_checkpoint, load_trainer_state, save_checkpoint
 from rlrobot.runners.evaluation import evaluate
 
 console = Console()
 
-POLICY_CLASSES = {"ppo": "ActorCritic", "sac": "SACPolicy", "sft": "FlowPolicy", "flow-noise": "FlowPolicy",
-                  "flow-sde": "FlowPolicy"}
-
-
-def policy_metadata(cfg: TrainConfig, env) -> dict[str, Any]:
-    space = env.single_observation_space
-    return {
-        "policy_class": POLICY_CLASSES[cfg.algo],
-        "task": cfg.task,
-        "obs_dim": int(space["state"].shape[0]) if "state" in space.spaces else None,
-        "action_dim": int(env.single_action_space.shape[0]),
-        "observation_space": {k: list(v.shape) for k, v in env.single_observation_space.spaces.items()},
-        "action_space": list(env.single_action_space.shape),
-        "control_mode": cfg.control_mode if ":" not in cfg.task else None,
-        "control_dt": float(getattr(env, "control_dt", 0.0)),
-        "rlrobot_version": rlrobot.__version__,
-    }
-
-
-def build_policy(meta: dict[str, Any], cfg: TrainConfig) -> torch.nn.Module:
-    """The policy a checkpoint's metadata describes, built from the run's config (weights loaded by the caller)."""
-    from rlrobot.policies.actor_critic import ActorCritic
-    from rlrobot.policies.flow import FlowPolicy
-    from rlrobot.policies.sac_policy import SACPolicy
-
-    cls = meta.get("policy_class", "ActorCritic")
-    if cls == "ActorCritic":
-        return ActorCritic(meta["obs_dim"], meta["action_dim"], cfg.policy)
-    if cls == "SACPolicy":
-        return SACPolicy(meta["obs_dim"], meta["action_dim"], cfg.policy, cfg.sac.num_critics, cfg.sac.critic_layer_norm)
-    if cls == "FlowPolicy":
-        shapes = {k: tuple(v) for k, v in meta["observation_space"].items()}
-        policy = FlowPolicy(shapes, meta["action_dim"], cfg.flow)
-        policy.execute_steps = cfg.executed_steps()  # evaluation and serving run chunks open-loop this long
-        return policy
-    raise ValueError(f"policy_class={cls!r} is not one of {sorted(set(POLICY_CLASSES.values()))}")
-
-
-def check_compatible(saved: dict[str, Any], current: dict[str, Any]) -> None:
-    """A checkpoint drives an env only if it was trained on the same spaces (and, by default, task)."""
-    problems = []
-    for key in ("obs_dim", "action_dim", "control_mode"):
-        if saved.get(key) != current.get(key):
-            problems.append(f"{key}: checkpoint {saved.get(key)!r} vs env {current.get(key)!r}")
-    if problems:
-        raise ValueError(f"checkpoint trained on task {saved.get('task')!r} does not match task {current.get('task')!r}: "
-                         + "; ".join(problems))
-
 
 class Runner(abc.ABC):
-    """Base runner. Subclasses set ``self.policy`` and implement ``steps_per_iteration``, ``train_iteration``,
-    ``trainer_state`` / ``restore_trainer_state`` (their algorithm's optimizers and counters)."""
+    """Base runner: env, seeds and generator, checkpoints, the learn loop. Subclasses build ``self.policy`` and
+    ``self.algo`` (which owns its optimizers, storage and ``state_dict``) and implement ``train_iteration``."""
 
     def __init__(self, cfg: TrainConfig):
-        cfg.validate()
+        cfg.prepare()  # reads --init / --dataset (may adopt settings from them), then validates
         self.cfg = cfg
         self.out = Path(cfg.run_dir())
         self.ckpt_dir = self.out / "checkpoints"
@@ -96,10 +51,12 @@ class Runner(abc.ABC):
         # each rank its own env batch, seed and exploration noise; parameters are broadcast from rank 0 at start
         self.seed = cfg.seed + 1000 * self.sync.rank
         torch.manual_seed(self.seed)
+        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)  # minibatches, exploration
         self.env = rlrobot.make(cfg.task, cfg.num_envs, backend=cfg.backend, device=self.device, seed=self.seed,
-                                **cfg.task_options())
+                                reward_wrappers=cfg.reward_wrappers(), **cfg.task_options())
         self.meta = policy_metadata(cfg, self.env)
         self.policy: torch.nn.Module
+        self.algo: Any
         self.iteration = 0
         self.env_steps = 0
         self.wall_time = 0.0
@@ -108,24 +65,49 @@ class Runner(abc.ABC):
         self.recent_success: deque[float] = deque(maxlen=200)
 
     # ------------------------------------------------------------------ subclass hooks
-    @property
-    @abc.abstractmethod
-    def steps_per_iteration(self) -> int:
-        ...
-
     @abc.abstractmethod
     def train_iteration(self) -> dict[str, float]:
         """Collect ``steps_per_iteration`` env steps and learn from them; return metrics to log."""
         ...
 
-    @abc.abstractmethod
-    def trainer_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any], Any, dict[str, dict[str, torch.Tensor]]]:
-        """(tensors, json meta, optimizer(s), extra safetensors files) of the algorithm, for a resumable checkpoint."""
-        ...
+    def runner_state(self) -> dict[str, Any]:
+        """Runner-level state to checkpoint besides the algorithm's (counters of the runner's own)."""
+        return {}
 
-    @abc.abstractmethod
-    def restore_trainer_state(self, ckpt: Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        ...
+    def load_runner_state(self, state: dict[str, Any]) -> None:
+        return None
+
+    def extra_checkpoint_files(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
+        """(safetensors files, their JSON metadata) to write beside the trainer state, e.g. a replay buffer."""
+        return {}, {}
+
+    def load_extra_checkpoint_files(self, ckpt: Path, meta: dict[str, Any]) -> None:
+        return None
+
+    # ------------------------------------------------------------------ shared helpers
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.cfg.steps_per_iteration()
+
+    def build_policy(self) -> torch.nn.Module:
+        return build_policy(self.meta, self.cfg).to(self.device)
+
+    def obs_specs(self, keys) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """(shape, dtype) of the observation keys the policy reads: images stay uint8 in storage."""
+        space = self.env.single_observation_space
+        return {k: (tuple(space[k].shape), torch.uint8 if np.dtype(space[k].dtype) == np.uint8 else torch.float32)
+                for k in keys}
+
+    @contextlib.contextmanager
+    def all_cores(self) -> Iterator[None]:
+        """torch on every core while the simulator is idle (updates), then back to the rollout thread count."""
+        from rlrobot.tasks.mujoco_vec_env import default_num_threads
+
+        torch.set_num_threads(self.cfg.update_threads or default_num_threads())
+        try:
+            yield
+        finally:
+            torch.set_num_threads(self.cfg.torch_threads)
 
     @property
     def total_iterations(self) -> int:
@@ -159,32 +141,36 @@ class Runner(abc.ABC):
         return {"train": self.cfg.to_dict(), **self.meta}
 
     def save(self) -> Path:
-        tensors, meta, optimizers, extra_files = self.trainer_state()
-        tensors = {**tensors, "rng.torch": torch.get_rng_state()}
-        meta = {**meta, "iteration": self.iteration, "env_steps": self.env_steps, "wall_time": self.wall_time,
-                "env_state": None}
+        extra_files, extra_meta = self.extra_checkpoint_files()
+        state: dict[str, Any] = {
+            "algorithm": self.algo.state_dict(), "runner": self.runner_state(), "extra_files": extra_meta,
+            "rng": {"torch": torch.get_rng_state(), "generator": self.generator.get_state()},
+            "iteration": self.iteration, "env_steps": self.env_steps, "wall_time": self.wall_time, "env": None,
+        }
         if hasattr(self.env, "get_state"):
-            state = self.env.get_state()
-            for k, v in state["arrays"].items():
-                tensors[f"env.{k}"] = torch.from_numpy(np.ascontiguousarray(v))
-            meta["env_state"] = {"rng": state["rng"], "keys": list(state["arrays"])}
-        return save_checkpoint(self.ckpt_dir, f"iter_{self.iteration:06d}", self.policy, self.config_dict(),
-                               tensors, meta, optimizers, extra_files=extra_files)
+            env_state = self.env.get_state()
+            state["env"] = {"rng": env_state["rng"],
+                            "arrays": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in env_state["arrays"].items()}}
+        return save_checkpoint(self.ckpt_dir, f"iter_{self.iteration:06d}", self.policy, self.config_dict(), state,
+                               extra_files=extra_files)
 
     def restore(self) -> None:
         weights, config, ckpt = load_checkpoint(self.ckpt_dir)
         check_compatible(config, self.meta)
-        if config.get("policy_class", "ActorCritic") != self.meta["policy_class"]:
-            raise ValueError(f"checkpoint holds a {config.get('policy_class')} policy; algo={self.cfg.algo!r} trains "
-                             f"a {self.meta['policy_class']}")
+        if policy_kind_of(config) != self.meta["policy_kind"]:
+            raise ValueError(f"checkpoint holds a {policy_kind_of(config)!r} policy; algo={self.cfg.algo!r} trains a "
+                             f"{self.meta['policy_kind']!r} policy")
+        state = load_trainer_state(ckpt)
         self.policy.load_state_dict(weights)
-        tensors, meta = load_trainer_state(ckpt)
-        self.restore_trainer_state(ckpt, tensors, meta)
-        self.iteration, self.env_steps, self.wall_time = meta["iteration"], meta["env_steps"], meta["wall_time"]
-        torch.set_rng_state(tensors["rng.torch"])
-        if meta["env_state"] is not None and hasattr(self.env, "set_state") and self.is_main:
-            arrays = {k: tensors[f"env.{k}"].numpy() for k in meta["env_state"]["keys"]}
-            self.env.set_state({"arrays": arrays, "rng": meta["env_state"]["rng"]})
+        self.algo.load_state_dict(state["algorithm"])
+        self.load_runner_state(state["runner"])
+        self.load_extra_checkpoint_files(ckpt, state["extra_files"])
+        self.iteration, self.env_steps, self.wall_time = state["iteration"], state["env_steps"], state["wall_time"]
+        torch.set_rng_state(state["rng"]["torch"])
+        self.generator.set_state(state["rng"]["generator"])
+        if state["env"] is not None and hasattr(self.env, "set_state") and self.is_main:
+            arrays = {k: v.numpy() for k, v in state["env"]["arrays"].items()}
+            self.env.set_state({"arrays": arrays, "rng": state["env"]["rng"]})
             self.obs = self.env.observe()
         else:  # adapters without state access (and ranks other than 0, whose env state is not saved) restart
             self.obs, _ = self.env.reset(seed=self.seed + self.iteration)
@@ -234,7 +220,7 @@ class Runner(abc.ABC):
         progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                             TextColumn("{task.completed:,}/{task.total:,} iterations"), TextColumn("{task.fields[stats]}"),
                             TimeElapsedColumn(), console=console, disable=not (console.is_terminal and main))
-        print_every = max(1, total_iterations // 100) if cfg.algo != "ppo" else 10
+        print_every = max(1, total_iterations // 50)
         try:
             with progress:
                 bar = progress.add_task(cfg.task, total=total_iterations, completed=self.iteration, stats="")
@@ -312,19 +298,5 @@ class Runner(abc.ABC):
 
 
 def make_runner(cfg: TrainConfig) -> Runner:
-    """The runner of ``cfg.algo``: on-policy (PPO), off-policy (SAC), flow SFT, or flow-policy PPO."""
-    if cfg.algo == "sft":
-        from rlrobot.runners.sft import SFTRunner
-
-        return SFTRunner(cfg)
-    if cfg.algo in ("flow-noise", "flow-sde"):
-        from rlrobot.runners.flow_on_policy import FlowOnPolicyRunner
-
-        return FlowOnPolicyRunner(cfg)
-    if cfg.algo == "sac":
-        from rlrobot.runners.off_policy import OffPolicyRunner
-
-        return OffPolicyRunner(cfg)
-    from rlrobot.runners.on_policy import OnPolicyRunner
-
-    return OnPolicyRunner(cfg)
+    """The runner the algorithm registered (on-policy, off-policy, SFT, flow-policy PPO, ...)."""
+    return cfg.spec.runner_class()(cfg)

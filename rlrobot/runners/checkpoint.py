@@ -4,8 +4,8 @@ Layout of one checkpoint directory::
 
     model.safetensors   policy weights (observation normaliser included)
     config.json         the run's config, the policy class, the spaces it was trained on
-    trainer.safetensors optimizer(s), RNG and env state (only needed to resume)
-    trainer.json        iteration, env steps, learning rate, RNG states that are not tensors
+    trainer.safetensors the tensors of the trainer state (algorithm optimizers, RNG, env state: only needed to resume)
+    trainer.json        the rest of the trainer state (counters, learning rate, ...) with references to those tensors
     replay.safetensors  (off-policy runs with --save-replay) the replay buffer, so a resume starts warm
 
 A directory is complete or absent: it is written under a temporary name and renamed, then ``latest`` (a text
@@ -28,25 +28,37 @@ from safetensors.torch import load_file, save_file
 LATEST = "latest"
 
 
-def _flatten_optimizer(state: dict[str, Any], prefix: str = "optim") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    tensors: dict[str, torch.Tensor] = {}
-    meta: dict[str, Any] = {"param_groups": state["param_groups"], "state": {}}
-    for pid, pstate in state["state"].items():
-        meta["state"][str(pid)] = {}
-        for k, v in pstate.items():
-            if isinstance(v, torch.Tensor):
-                tensors[f"{prefix}.{pid}.{k}"] = v.contiguous()
-                meta["state"][str(pid)][k] = "tensor"
-            else:
-                meta["state"][str(pid)][k] = v
-    return tensors, meta
+TRAINER_FORMAT = 2
+"""trainer.json layout: 2 = one nested state (``split_tensors``) from the algorithms' ``state_dict``; 1 = before."""
 
 
-def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any], prefix: str = "optim") -> dict[str, Any]:
-    state: dict[int, dict[str, Any]] = {}
-    for pid, pstate in meta["state"].items():
-        state[int(pid)] = {k: (tensors[f"{prefix}.{pid}.{k}"] if v == "tensor" else v) for k, v in pstate.items()}
-    return {"state": state, "param_groups": meta["param_groups"]}
+def split_tensors(obj: Any, prefix: str, tensors: dict[str, torch.Tensor]) -> Any:
+    """A nested state (dicts, lists, tensors, scalars; e.g. an optimizer's state_dict) as JSON with each tensor
+    replaced by ``{"__tensor__": key}`` and stored in ``tensors[key]``. Dicts with non-string keys (optimizer state
+    is keyed by parameter index) keep their key types."""
+    if isinstance(obj, torch.Tensor):
+        tensors[prefix] = obj.detach().contiguous().cpu()
+        return {"__tensor__": prefix}
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj):
+            return {k: split_tensors(v, f"{prefix}.{k}", tensors) for k, v in obj.items()}
+        return {"__int_keys__": {str(k): split_tensors(v, f"{prefix}.{k}", tensors) for k, v in obj.items()}}
+    if isinstance(obj, (list, tuple)):
+        return [split_tensors(v, f"{prefix}.{i}", tensors) for i, v in enumerate(obj)]
+    return obj
+
+
+def join_tensors(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """Inverse of ``split_tensors``."""
+    if isinstance(obj, dict):
+        if set(obj) == {"__tensor__"}:
+            return tensors[obj["__tensor__"]]
+        if set(obj) == {"__int_keys__"}:
+            return {int(k): join_tensors(v, tensors) for k, v in obj["__int_keys__"].items()}
+        return {k: join_tensors(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [join_tensors(v, tensors) for v in obj]
+    return obj
 
 
 def save_checkpoint(
@@ -54,13 +66,11 @@ def save_checkpoint(
     name: str,
     policy: torch.nn.Module,
     config: dict[str, Any],
-    trainer_tensors: dict[str, torch.Tensor] | None = None,
-    trainer_meta: dict[str, Any] | None = None,
-    optimizer: torch.optim.Optimizer | dict[str, torch.optim.Optimizer] | None = None,
+    trainer_state: dict[str, Any] | None = None,
     keep: int = 3,
     extra_files: dict[str, dict[str, torch.Tensor]] | None = None,
 ) -> Path:
-    """Write ``root/name`` atomically. ``optimizer`` is one optimizer or a dict of named ones (SAC has three);
+    """Write ``root/name`` atomically. ``trainer_state`` is a nested dict (the algorithm's state_dict, RNG, counters);
     ``extra_files`` are more safetensors files in the same directory (``{"replay": tensors}`` -> replay.safetensors)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -68,21 +78,12 @@ def save_checkpoint(
     try:
         save_file({k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()}, tmp / "model.safetensors")
         (tmp / "config.json").write_text(json.dumps(config, indent=2, default=_json_default))
-        tensors = dict(trainer_tensors or {})
-        meta = dict(trainer_meta or {})
-        if isinstance(optimizer, dict):
-            meta["optimizers"] = {}
-            for opt_name, opt in optimizer.items():
-                opt_tensors, meta["optimizers"][opt_name] = _flatten_optimizer(opt.state_dict(), f"optim.{opt_name}")
-                tensors.update(opt_tensors)
-        elif optimizer is not None:
-            opt_tensors, opt_meta = _flatten_optimizer(optimizer.state_dict())
-            tensors.update(opt_tensors)
-            meta["optimizer"] = opt_meta
         for file_name, file_tensors in (extra_files or {}).items():
             save_file({k: v.detach().contiguous().cpu() for k, v in file_tensors.items()}, tmp / f"{file_name}.safetensors")
-        if tensors or meta:
-            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp / "trainer.safetensors")
+        if trainer_state is not None:
+            tensors: dict[str, torch.Tensor] = {}
+            meta = {"format": TRAINER_FORMAT, "state": split_tensors(trainer_state, "state", tensors)}
+            save_file(tensors, tmp / "trainer.safetensors")
             (tmp / "trainer.json").write_text(json.dumps(meta, default=_json_default))
         final = root / name
         if final.exists():
@@ -142,19 +143,16 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return json.loads((resolve_checkpoint(path) / "config.json").read_text())
 
 
-def load_trainer_state(ckpt: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def load_trainer_state(ckpt: Path) -> dict[str, Any]:
+    """The nested trainer state saved with a checkpoint (for ``--resume``)."""
     if not (ckpt / "trainer.safetensors").is_file():
         raise FileNotFoundError(f"{ckpt} holds weights only (no trainer state): it cannot be resumed")
-    return load_file(ckpt / "trainer.safetensors"), json.loads((ckpt / "trainer.json").read_text())
-
-
-def restore_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
-                      name: str | None = None) -> None:
-    """Restore the single optimizer of a checkpoint, or the one saved under ``name`` in a dict of optimizers."""
-    if name is None:
-        optimizer.load_state_dict(_unflatten_optimizer(tensors, meta["optimizer"]))
-    else:
-        optimizer.load_state_dict(_unflatten_optimizer(tensors, meta["optimizers"][name], f"optim.{name}"))
+    meta = json.loads((ckpt / "trainer.json").read_text())
+    if meta.get("format", 1) != TRAINER_FORMAT:
+        raise ValueError(f"{ckpt} was written by rlrobot before the algorithm registry (trainer state format "
+                         f"{meta.get('format', 1)}, this version reads {TRAINER_FORMAT}): its weights still load for "
+                         "eval, serve and --init, but its optimizer state cannot be resumed; start a new run")
+    return join_tensors(meta["state"], load_file(ckpt / "trainer.safetensors"))
 
 
 def load_extra_file(ckpt: Path, file_name: str) -> dict[str, torch.Tensor] | None:

@@ -1,21 +1,24 @@
 """Flow-Noise / Flow-SDE PPO: the rollout's log-probs are reproduced exactly (ratio 1 before any step), the update
 moves the policy, the hybrid SDE logs one step per sample, and bad settings are refused."""
 
+import dataclasses
+
 import pytest
 import torch
 
-from rlrobot.config import TrainConfig
+from rlrobot.config import TrainConfig, train_config
 from rlrobot.policies.flow import FlowPolicyConfig
 from rlrobot.runners.flow_on_policy import FlowOnPolicyRunner
 
-SMALL_FLOW = FlowPolicyConfig(chunk_size=5, num_steps=3, state_hidden=(32, 32), embed_dim=32, time_embed_dim=16,
+SMALL_FLOW = FlowPolicyConfig(chunk_size=5, denoising_steps=3, state_hidden=(32, 32), embed_dim=32, time_embed_dim=16,
                               velocity_hidden=(64, 64), noise_hidden=(16,), value_hidden=(32,))
 
 
 def small_config(tmp_path, algo: str, **flow_ppo) -> TrainConfig:
-    cfg = TrainConfig(task="so101-reach", algo=algo, num_envs=4, total_steps=4 * 2 * 5, out=str(tmp_path / algo),
-                      logger="none", video=False, eval_episodes=2, eval_envs=2, flow=SMALL_FLOW, num_threads=1)
-    cfg.flow_ppo.num_steps = 2
+    cfg = train_config(algo, task="so101-reach", num_envs=4, total_steps=4 * 2 * 5, out=str(tmp_path / algo),
+                       logger="none", video=False, eval_episodes=2, eval_envs=2, flow=dataclasses.replace(SMALL_FLOW),
+                       num_threads=1, init="none")
+    cfg.flow_ppo.rollout_chunks = 2
     cfg.flow_ppo.num_minibatches = 2
     for k, v in flow_ppo.items():
         setattr(cfg.flow_ppo, k, v)
@@ -28,8 +31,8 @@ def test_first_minibatch_ratio_is_one_and_update_moves_the_policy(tmp_path, algo
     runner = FlowOnPolicyRunner(small_config(tmp_path, algo, sde_mode=sde_mode, ratio_level=ratio_level))
     runner.obs, _ = runner.env.reset(seed=0)
     runner._rollout()
-    storage = runner.storage
-    expected_steps = 1 if (algo == "flow-sde" and sde_mode == "hybrid") else SMALL_FLOW.num_steps
+    storage = runner.algo.storage
+    expected_steps = 1 if (algo == "flow-sde" and sde_mode == "hybrid") else SMALL_FLOW.denoising_steps
     assert storage.steps.shape[-1] == expected_steps
     assert storage.log_probs.shape[-1] == 5 * 5  # executed actions x action dims (ee_delta: 5)
     # recompute the stored log-probs with the unchanged policy, in minibatch order
@@ -39,7 +42,7 @@ def test_first_minibatch_ratio_is_one_and_update_moves_the_policy(tmp_path, algo
     assert torch.allclose(log_probs, mb["log_probs"], atol=1e-4, rtol=1e-5)
     assert torch.allclose(value, mb["values"], atol=1e-5)
     before = [p.detach().clone() for p in runner.policy.parameters()]
-    stats = runner.algo.update(storage, torch.Generator().manual_seed(0))
+    stats = runner.algo.update(torch.Generator().manual_seed(0))
     assert stats["first_ratio_max_deviation"] < 1e-3  # chunk ratios multiply 25 element ratios: float32 noise only
     assert any(not torch.equal(a, b) for a, b in zip(before, runner.policy.parameters(), strict=True))
     runner.env.close()
@@ -52,7 +55,7 @@ def test_hybrid_sde_step_is_the_only_stochastic_one(tmp_path):
         _, chain, steps, _, _ = runner.algo.act(obs, torch.Generator().manual_seed(0))
         # re-running the ODE from each stored state reproduces every step except the stochastic one
         emb = runner.policy.encode(obs)
-        for k in range(SMALL_FLOW.num_steps):
+        for k in range(SMALL_FLOW.denoising_steps):
             ks = torch.full((len(chain),), k, dtype=torch.long)
             mean, _, _ = runner.policy.step_distribution(chain[:, k], ks, emb, "ode")
             same = torch.isclose(mean, chain[:, k + 1], atol=1e-5).all(-1)
@@ -66,7 +69,7 @@ def test_critic_warmup_leaves_the_actor_alone(tmp_path):
     runner._rollout()
     velocity_before = runner.policy.velocity_out.weight.detach().clone()
     value_before = runner.policy.value_head[0].weight.detach().clone()
-    runner.algo.update(runner.storage)
+    runner.algo.update()
     assert torch.equal(velocity_before, runner.policy.velocity_out.weight)
     assert not torch.equal(value_before, runner.policy.value_head[0].weight)
     runner.env.close()
@@ -77,18 +80,22 @@ def test_bad_flow_settings(tmp_path):
     with pytest.raises(ValueError, match="sde_mode"):
         cfg.validate()
     cfg = small_config(tmp_path, "flow-noise")
-    cfg.flow = FlowPolicyConfig(num_steps=0)
-    with pytest.raises(ValueError, match="num_steps"):
+    cfg.flow = FlowPolicyConfig(denoising_steps=0)
+    with pytest.raises(ValueError, match="denoising_steps"):
         cfg.validate()
     cfg = small_config(tmp_path, "flow-noise")
     cfg.flow = FlowPolicyConfig(chunk_size=60)  # so101-reach episodes are 50 steps
     with pytest.raises(ValueError, match="chunk_size=60 is larger than the episode"):
         cfg.validate()
     cfg = small_config(tmp_path, "flow-noise")
-    cfg.execute_steps = 9
+    cfg.flow.execute_steps = 9
     with pytest.raises(ValueError, match="execute_steps"):
         cfg.validate()
     cfg = small_config(tmp_path, "flow-sde")
     cfg.init = str(tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match="nowhere"):
+        cfg.prepare()
+    cfg = small_config(tmp_path, "flow-noise")
+    cfg.init = ""  # fine-tuning without a checkpoint must be asked for explicitly (--init none)
+    with pytest.raises(ValueError, match="--init none"):
         cfg.validate()

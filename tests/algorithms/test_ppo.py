@@ -4,18 +4,18 @@ import numpy as np
 import torch
 
 from rlrobot.algorithms.ppo import PPO, PPOConfig
-from rlrobot.config import TrainConfig
+from rlrobot.config import train_config
 from rlrobot.data.rollout_storage import RolloutStorage
 from rlrobot.policies import ActorCritic, ActorCriticConfig
 from rlrobot.runners.on_policy import OnPolicyRunner
 
 
 def test_gae_on_a_hand_made_sequence():
-    s = RolloutStorage(3, 1, {"state": (1,)}, 1, torch.device("cpu"))
+    s = RolloutStorage(3, 1, {"state": ((1,), torch.float32)}, {}, torch.device("cpu"))
     rewards, values, dones = [1.0, 2.0, 3.0], [0.5, 1.0, 1.5], [0.0, 1.0, 0.0]
     for t in range(3):
-        s.add({"state": torch.zeros(1, 1)}, torch.zeros(1, 1), torch.zeros(1), torch.tensor([values[t]]),
-              torch.tensor([rewards[t]]), torch.tensor([dones[t]]), torch.zeros(1, 1), torch.ones(1, 1))
+        s.add({"state": torch.zeros(1, 1)}, values=torch.tensor([values[t]]), rewards=torch.tensor([rewards[t]]),
+              dones=torch.tensor([dones[t]]))
     gamma, lam, last = 0.9, 0.8, 2.0
     s.compute_returns(torch.tensor([last]), gamma, lam)
     d2 = 3.0 + gamma * last - 1.5
@@ -27,8 +27,8 @@ def test_gae_on_a_hand_made_sequence():
 
 
 def _runner(tmp_path, **kw):
-    cfg = TrainConfig(task="so101-reach", num_envs=16, total_steps=16 * 8 * 4, logger="none", out=str(tmp_path / "run"),
-                      ppo=PPOConfig(num_steps=8), policy=ActorCriticConfig(actor_hidden=(32, 32), critic_hidden=(32, 32)),
+    cfg = train_config("ppo", task="so101-reach", num_envs=16, total_steps=16 * 8 * 4, logger="none", out=str(tmp_path / "run"),
+                      ppo=PPOConfig(rollout_steps=8), policy=ActorCriticConfig(actor_hidden=(32, 32), critic_hidden=(32, 32)),
                       eval_every=0, eval_episodes=4, eval_envs=4, video=False, **kw)
     return OnPolicyRunner(cfg)
 
@@ -37,15 +37,15 @@ def test_ratio_is_exactly_one_before_the_first_step(tmp_path):
     r = _runner(tmp_path)
     r.obs, _ = r.env.reset(seed=0)
     r._rollout()
-    mb = next(r.storage.minibatches(4, 1, torch.Generator().manual_seed(0)))
+    mb = next(r.algo.storage.minibatches(4, 1, torch.Generator().manual_seed(0)))
     dist = r.policy.distribution(r.policy.features(mb["obs"]))
     ratio = torch.exp(dist.log_prob(mb["actions"]).sum(-1) - mb["log_probs"])
     assert torch.equal(ratio, torch.ones_like(ratio))
 
 
 def test_timeouts_are_bootstrapped_with_the_final_observation(tmp_path):
-    cfg = TrainConfig(task="gym:Pendulum-v1", num_envs=2, total_steps=400, logger="none", out=str(tmp_path / "p"),
-                      ppo=PPOConfig(num_steps=200, num_minibatches=2), eval_every=0, video=False)
+    cfg = train_config("ppo", task="gym:Pendulum-v1", num_envs=2, total_steps=400, logger="none", out=str(tmp_path / "p"),
+                      ppo=PPOConfig(rollout_steps=200, num_minibatches=2), eval_every=0, video=False)
     r = OnPolicyRunner(cfg)
     seen = {}
     step = r.env.step
@@ -61,27 +61,29 @@ def test_timeouts_are_bootstrapped_with_the_final_observation(tmp_path):
     r._rollout()
     with torch.no_grad():
         bootstrap = cfg.ppo.gamma * r.policy.value(seen["final_obs"])
-    assert torch.allclose(r.storage.rewards[-1], seen["reward"] + bootstrap)
-    assert r.storage.dones[-1].all()
+    assert torch.allclose(r.algo.storage.rewards[-1], seen["reward"] + bootstrap)
+    assert r.algo.storage.dones[-1].all()
 
 
 def test_adaptive_lr_moves_with_kl():
     policy = ActorCritic(2, 1, ActorCriticConfig(actor_hidden=(8,), critic_hidden=(8,)))
-    algo = PPO(policy, PPOConfig(num_steps=4, num_minibatches=1, num_epochs=1, lr=1e-3), torch.device("cpu"))
-    s = RolloutStorage(4, 2, {"state": (2,)}, 1, torch.device("cpu"))
+    algo = PPO(policy, PPOConfig(rollout_steps=4, num_minibatches=1, num_epochs=1, lr=1e-3), torch.device("cpu"), 2,
+               {"state": ((2,), torch.float32)})
+    s = algo.storage
     for _ in range(4):
         obs = {"state": torch.randn(2, 2)}
         # a rollout policy far from the current one: KL is large, so the learning rate must drop
-        s.add(obs, torch.randn(2, 1), torch.zeros(2), torch.zeros(2), torch.ones(2), torch.zeros(2),
-              torch.full((2, 1), 3.0), torch.full((2, 1), 0.1))
+        s.add(obs, actions=torch.randn(2, 1), log_probs=torch.zeros(2), values=torch.zeros(2), rewards=torch.ones(2),
+              dones=torch.zeros(2), action_mean=torch.full((2, 1), 3.0), action_std=torch.full((2, 1), 0.1))
     s.compute_returns(torch.zeros(2), 0.99, 0.95)
-    stats = algo.update(s)
-    assert stats["kl"] > 0.02 and algo.lr < 1e-3
+    stats = algo.update()
+    assert stats["kl"] > 0.02 and algo.lr_schedule.lr < 1e-3
+    assert algo.state_dict()["lr"] == algo.lr_schedule.lr == algo.optimizer.param_groups[0]["lr"]
 
 
 def test_ppo_learns_reach(tmp_path):
     """A real, seeded, small run: deterministic eval success on so101-reach must reach 0.8."""
-    cfg = TrainConfig(task="so101-reach", num_envs=128, total_steps=128 * 24 * 90, seed=1, logger="none",
+    cfg = train_config("ppo", task="so101-reach", num_envs=128, total_steps=128 * 24 * 90, seed=1, logger="none",
                       out=str(tmp_path / "learn"), eval_every=0, eval_episodes=64, eval_envs=32, video=False)
     summary = OnPolicyRunner(cfg).learn()
     print(json.dumps(summary["eval"]))

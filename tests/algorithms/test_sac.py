@@ -1,5 +1,6 @@
 """SAC: squashed-Gaussian log-prob, REDQ target subsets, temperature tuning, gradient isolation, a real learning run."""
 
+import dataclasses
 import math
 
 import pytest
@@ -9,10 +10,18 @@ from torch.distributions.transforms import TanhTransform
 
 from rlrobot.algorithms.sac import SAC, SACConfig
 from rlrobot.data.replay_buffer import ReplayBuffer
-from rlrobot.policies.actor_critic import ActorCriticConfig
-from rlrobot.policies.sac_policy import SACPolicy
+from rlrobot.policies.sac_policy import SACPolicy, SACPolicyConfig
 
-NET = ActorCriticConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), activation="relu", normalize_obs=False)
+NET = SACPolicyConfig(actor_hidden=(32, 32), critic_hidden=(32, 32), activation="relu", normalize_obs=False)
+CPU = torch.device("cpu")
+
+
+def net(**kw) -> SACPolicyConfig:
+    return dataclasses.replace(NET, **kw)
+
+
+def make_sac(policy: SACPolicy, cfg: SACConfig) -> SAC:
+    return SAC(policy, cfg, CPU, 8, {"state": ((policy.obs_dim,), torch.float32)})
 
 
 def filled_buffer(obs_dim=3, action_dim=2, n=256, seed=0):
@@ -41,7 +50,7 @@ def test_squashed_gaussian_log_prob_matches_torch_distributions():
 
 def test_critic_ensemble_members_are_independent_and_target_is_a_copy():
     torch.manual_seed(0)
-    policy = SACPolicy(3, 2, NET, num_critics=5, critic_layer_norm=True)
+    policy = SACPolicy(3, 2, net(num_critics=5, critic_layer_norm=True))
     q = policy.critic(torch.randn(7, 3), torch.randn(7, 2))
     assert q.shape == (5, 7)
     assert len(set(q[:, 0].tolist())) == 5  # five different functions
@@ -51,8 +60,8 @@ def test_critic_ensemble_members_are_independent_and_target_is_a_copy():
 
 def test_redq_target_is_min_over_a_random_subset_of_m_critics():
     torch.manual_seed(0)
-    policy = SACPolicy(3, 2, NET, num_critics=10)
-    sac = SAC(policy, SACConfig(num_critics=10, num_target_critics=2), torch.device("cpu"))
+    policy = SACPolicy(3, 2, net(num_critics=10))
+    sac = make_sac(policy, SACConfig(num_target_critics=2))
     member_values = torch.arange(10.0)[:, None].expand(10, 6)  # critic i predicts i everywhere
     g = torch.Generator().manual_seed(0)
     mins = [sac._target_q(member_values, g) for _ in range(200)]
@@ -63,7 +72,7 @@ def test_redq_target_is_min_over_a_random_subset_of_m_critics():
     assert len(set(values.tolist())) >= 6  # the subset really is redrawn
     assert abs(float((values == 0).float().mean()) - 9 / 45) < 0.08
     # M = N: plain min over all critics
-    sac_full = SAC(policy, SACConfig(num_critics=10, num_target_critics=10), torch.device("cpu"))
+    sac_full = make_sac(policy, SACConfig(num_target_critics=10))
     assert torch.all(sac_full._target_q(member_values, g) == 0)
 
 
@@ -71,7 +80,7 @@ def test_redq_target_is_min_over_a_random_subset_of_m_critics():
 def test_entropy_tuning_moves_alpha_toward_the_target(target_entropy, direction):
     torch.manual_seed(0)
     policy = SACPolicy(3, 2, NET)
-    sac = SAC(policy, SACConfig(target_entropy=target_entropy, alpha_lr=1e-2, init_alpha=0.5), torch.device("cpu"))
+    sac = make_sac(policy, SACConfig(target_entropy=target_entropy, alpha_lr=1e-2, init_alpha=0.5))
     buf = filled_buffer()
     g = torch.Generator().manual_seed(0)
     alphas = [float(sac.alpha)]
@@ -86,7 +95,7 @@ def test_entropy_tuning_moves_alpha_toward_the_target(target_entropy, direction)
 def test_update_changes_only_what_it_should():
     torch.manual_seed(0)
     policy = SACPolicy(3, 2, NET)
-    sac = SAC(policy, SACConfig(actor_update_every=2, tau=0.5), torch.device("cpu"))
+    sac = make_sac(policy, SACConfig(actor_update_every=2, tau=0.5))
     buf = filled_buffer()
     g = torch.Generator().manual_seed(0)
     actor_before = [p.clone() for p in policy.actor.parameters()]
@@ -106,7 +115,7 @@ def test_update_changes_only_what_it_should():
 def test_actor_step_leaves_no_gradient_in_the_critics():
     torch.manual_seed(0)
     policy = SACPolicy(3, 2, NET)
-    sac = SAC(policy, SACConfig(), torch.device("cpu"))
+    sac = make_sac(policy, SACConfig())
     buf = filled_buffer()
     g = torch.Generator().manual_seed(0)
     sac.update(buf.sample(32, g), g)
@@ -124,7 +133,7 @@ def test_target_uses_discount_and_terminal_mask():
     """With tau=0 targets frozen and alpha ~ 0, one critic step on a terminal batch regresses Q toward r alone."""
     torch.manual_seed(0)
     policy = SACPolicy(2, 1, NET)
-    sac = SAC(policy, SACConfig(init_alpha=1e-8, autotune_alpha=False, critic_lr=1e-2, tau=1e-9), torch.device("cpu"))
+    sac = make_sac(policy, SACConfig(init_alpha=1e-8, autotune_alpha=False, critic_lr=1e-2, tau=1e-9))
     obs = {"state": torch.randn(64, 2)}
     batch = {"obs": obs, "next_obs": obs, "actions": torch.zeros(64, 1), "rewards": torch.full((64,), 3.0),
              "terminated": torch.ones(64, dtype=torch.bool), "discount": torch.zeros(64)}
@@ -136,31 +145,36 @@ def test_target_uses_discount_and_terminal_mask():
 
 
 def test_config_rejects_bad_values():
+    from rlrobot.config import train_config
+
+    def run(**sac):
+        return train_config("sac", task="gym:Pendulum-v1", num_envs=4, sac=SACConfig(**sac), policy=net(num_critics=2))
+
     with pytest.raises(ValueError, match="sac.utd must be > 0"):
-        SACConfig(utd=0).validate(4)
+        run(utd=0).validate()
     with pytest.raises(ValueError, match="batch_size=512 is larger than the replay contents at learning start"):
-        SACConfig(batch_size=512, learning_starts=100).validate(4)
+        run(batch_size=512, learning_starts=100).validate()
     with pytest.raises(ValueError, match="buffer_size=2 is smaller than num_envs=4"):
-        SACConfig(buffer_size=2, learning_starts=0, batch_size=1).validate(4)
-    with pytest.raises(ValueError, match="num_target_critics=3 exceeds"):
-        SACConfig(num_critics=2, num_target_critics=3).validate(4)
+        run(buffer_size=2, learning_starts=0, batch_size=1).validate()
+    with pytest.raises(ValueError, match="num_target_critics=3 exceeds policy.num_critics=2"):
+        run(num_target_critics=3).validate()
     with pytest.raises(ValueError, match="actor_q"):
-        SACConfig(actor_q="max")
+        run(actor_q="max").validate()
 
 
 def test_sac_learns_pendulum(tmp_path):
     """A real, seeded, small run through the gymnasium adapter: random policies score about -1200 on Pendulum-v1."""
-    from rlrobot.config import TrainConfig
+    from rlrobot.config import train_config
     from rlrobot.runners.off_policy import OffPolicyRunner
 
     torch.set_num_threads(1)
-    cfg = TrainConfig(task="gym:Pendulum-v1", algo="sac", num_envs=4, total_steps=PENDULUM_STEPS, seed=0,
-                      out=str(tmp_path / "pendulum"), logger="none", checkpoint_every=1000, eval_every=0,
-                      eval_envs=8, eval_episodes=8, video=False, update_threads=1,
-                      sac=SACConfig(batch_size=128, utd=1.0, learning_starts=500, steps_per_iteration=25,
-                                    buffer_size=20_000),
-                      policy=ActorCriticConfig(actor_hidden=(64, 64), critic_hidden=(64, 64), activation="relu",
-                                               normalize_obs=False))
+    cfg = train_config("sac", task="gym:Pendulum-v1", num_envs=4, total_steps=PENDULUM_STEPS, seed=0,
+                       out=str(tmp_path / "pendulum"), logger="none", checkpoint_every=1000, eval_every=0,
+                       eval_envs=8, eval_episodes=8, video=False, update_threads=1,
+                       sac=SACConfig(batch_size=128, utd=1.0, learning_starts=500, rollout_steps=25,
+                                     buffer_size=20_000),
+                       policy=SACPolicyConfig(actor_hidden=(64, 64), critic_hidden=(64, 64), activation="relu",
+                                              normalize_obs=False))
     summary = OffPolicyRunner(cfg).learn()
     assert summary["env_steps"] == PENDULUM_STEPS
     assert summary["eval"]["return_mean"] >= PENDULUM_THRESHOLD, summary["eval"]

@@ -7,16 +7,16 @@ import torch
 from torch.distributions import Normal
 
 from rlrobot.algorithms.flow_ppo import chain_log_likelihood
-from rlrobot.policies.flow import FlowPolicy, FlowPolicyConfig, sde_sigmas, time_grid
+from rlrobot.policies.flow import FlowPolicy, FlowPolicyConfig, MLPFlowPolicy, sde_sigmas, time_grid
 
 OBS = {"state": (7,)}
 
 
-def tiny_policy(**kw) -> FlowPolicy:
-    cfg = FlowPolicyConfig(chunk_size=3, num_steps=4, state_hidden=(32, 32), embed_dim=32, time_embed_dim=16,
+def tiny_policy(**kw) -> MLPFlowPolicy:
+    cfg = FlowPolicyConfig(chunk_size=3, denoising_steps=4, state_hidden=(32, 32), embed_dim=32, time_embed_dim=16,
                            velocity_hidden=(64, 64), noise_hidden=(16,), value_hidden=(16,), **kw)
     torch.manual_seed(0)
-    return FlowPolicy(OBS, 2, cfg)
+    return MLPFlowPolicy(OBS, 2, cfg)
 
 
 def test_flow_noise_chain_log_prob_is_the_sum_of_its_gaussian_steps():
@@ -26,10 +26,10 @@ def test_flow_noise_chain_log_prob_is_the_sum_of_its_gaussian_steps():
         chain, step_log_probs = policy.sample_chain(obs, "noise", generator=torch.Generator().manual_seed(2))
         # independently: replay the chain step by step with torch.distributions
         emb = policy.encode(obs)
-        grid = time_grid(policy.num_steps)
+        grid = time_grid(policy.denoising_steps)
         expected = Normal(0.0, 1.0).log_prob(chain[:, 0]).sum(-1)
         per_step = []
-        for k in range(policy.num_steps):
+        for k in range(policy.denoising_steps):
             t, t_next = grid[k], grid[k + 1]
             x = chain[:, k]
             v, features = policy.velocity(x, t.expand(len(x)), emb)
@@ -44,7 +44,7 @@ def test_flow_noise_chain_log_prob_is_the_sum_of_its_gaussian_steps():
     assert torch.allclose(step_log_probs.sum(-1), torch.stack(per_step, 1), atol=1e-3, rtol=1e-5)
 
 
-class GaussianTargetFlow(FlowPolicy):
+class GaussianTargetFlow(MLPFlowPolicy):
     """The exact velocity field of a 1-D Gaussian target a ~ N(m, s^2) under x_t = t eps + (1 - t) a."""
 
     m, s = 0.7, 0.4
@@ -62,7 +62,7 @@ class GaussianTargetFlow(FlowPolicy):
 
 @pytest.mark.parametrize("noise_level", [0.3, 0.5])
 def test_sde_and_ode_sampling_give_the_same_marginal(noise_level):
-    cfg = FlowPolicyConfig(chunk_size=1, num_steps=50, state_hidden=(4,), embed_dim=4, time_embed_dim=4,
+    cfg = FlowPolicyConfig(chunk_size=1, denoising_steps=50, state_hidden=(4,), embed_dim=4, time_embed_dim=4,
                            velocity_hidden=(4,), noise_hidden=(4,), value_hidden=(4,))
     policy = GaussianTargetFlow({"state": (1,)}, 1, cfg)
     obs = {"state": torch.zeros(40_000, 1)}
@@ -101,20 +101,32 @@ def test_evaluation_sampling_is_deterministic():
 
 
 def test_bad_config():
-    with pytest.raises(ValueError, match="num_steps"):
-        FlowPolicy(OBS, 2, FlowPolicyConfig(num_steps=0))
+    with pytest.raises(ValueError, match="denoising_steps"):
+        MLPFlowPolicy(OBS, 2, FlowPolicyConfig(denoising_steps=0))
     with pytest.raises(ValueError, match="chunk_size"):
-        FlowPolicy(OBS, 2, FlowPolicyConfig(chunk_size=0))
+        MLPFlowPolicy(OBS, 2, FlowPolicyConfig(chunk_size=0))
     with pytest.raises(ValueError, match="obs_keys"):
-        FlowPolicy(OBS, 2, FlowPolicyConfig(obs_keys=("image_front",)))
+        MLPFlowPolicy(OBS, 2, FlowPolicyConfig(obs_keys=("image_front",)))
 
 
 def test_image_observations():
-    cfg = FlowPolicyConfig(chunk_size=2, num_steps=2, obs_keys=("state", "image_front"), state_hidden=(16,),
+    cfg = FlowPolicyConfig(chunk_size=2, denoising_steps=2, obs_keys=("state", "image_front"), state_hidden=(16,),
                            embed_dim=16, time_embed_dim=8, velocity_hidden=(32,), image_channels=(8, 8))
-    policy = FlowPolicy({"state": (7,), "image_front": (3, 32, 32)}, 3, cfg)
+    policy = MLPFlowPolicy({"state": (7,), "image_front": (3, 32, 32)}, 3, cfg)
     obs = {"state": torch.randn(4, 7), "image_front": torch.randint(0, 255, (4, 3, 32, 32), dtype=torch.uint8)}
     assert policy.sample_actions(obs).shape == (4, 2, 3)
     loss = policy.flow_matching_loss(obs, torch.rand(4, 2, 3), torch.rand(4), torch.randn(4, 2, 3))
     loss.backward()
     assert policy.branches["image_front"].proj.weight.grad is not None
+
+
+def test_in_house_policy_implements_the_flow_policy_protocol():
+    policy = tiny_policy(execute_steps=2)
+    assert isinstance(policy, FlowPolicy)
+    assert policy.execute_steps == 2 and tiny_policy().execute_steps == 3  # 0 = the whole chunk
+    heads = {id(p) for p in policy.value_parameters()} | {id(p) for p in policy.noise_head.parameters()}
+    trained = {id(p) for p in policy.flow_matching_parameters()}
+    assert trained and not trained & heads and len(trained) + len(heads) == len(list(policy.parameters()))
+    state = torch.randn(100, 7) * 3 + 1
+    policy.fit_observation_stats({"state": state})
+    assert torch.allclose(policy.state_mean, state.mean(0)) and torch.allclose(policy.state_std, state.std(0))

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import rlrobot
-from rlrobot.config import TrainConfig
+from rlrobot.config import train_config
 from rlrobot.policies.actor_critic import ActorCritic, ActorCriticConfig
-from rlrobot.runners.base import policy_metadata
+from rlrobot.policies.registry import policy_metadata
 from rlrobot.runners.checkpoint import save_checkpoint
 
 TOKEN = "test-token"
@@ -23,8 +23,8 @@ def reach_expert_checkpoint(root, control_mode="ee_delta", nan=False):
     """An ActorCritic checkpoint whose weights are set by hand to so101-reach's scripted expert, a P-controller on
     target - tcp (the last 3 state entries): a = 40 (target - tcp), clipped. ELU is the identity on positives, so a
     +10 bias in the hidden layer (removed again after it) makes the 2-layer MLP exactly that linear map."""
-    cfg = TrainConfig(task="so101-reach", control_mode=control_mode, logger="none",
-                      policy=ActorCriticConfig(actor_hidden=(16,), critic_hidden=(16,), normalize_obs=False))
+    cfg = train_config("ppo", task="so101-reach", control_mode=control_mode, logger="none",
+                       policy=ActorCriticConfig(actor_hidden=(16,), critic_hidden=(16,), normalize_obs=False))
     env = rlrobot.make("so101-reach", 1, control_mode=control_mode)
     meta = policy_metadata(cfg, env)
     env.close()

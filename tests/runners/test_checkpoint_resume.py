@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlrobot.algorithms.ppo import PPOConfig
-from rlrobot.config import TrainConfig
+from rlrobot.config import train_config
 from rlrobot.policies import ActorCriticConfig
 from rlrobot.runners.checkpoint import resolve_checkpoint, save_checkpoint
 from rlrobot.runners.on_policy import OnPolicyRunner
@@ -14,10 +14,10 @@ from rlrobot.runners.on_policy import OnPolicyRunner
 
 def small_cfg(out, total_iterations, **kw):
     kw.setdefault("logger", "none")
-    return TrainConfig(task="so101-push", num_envs=8, total_steps=8 * 6 * total_iterations, seed=3,
-                       out=str(out), ppo=PPOConfig(num_steps=6, num_minibatches=2, num_epochs=2),
-                       policy=ActorCriticConfig(actor_hidden=(16,), critic_hidden=(16,)), checkpoint_every=2,
-                       eval_every=0, eval_episodes=2, eval_envs=2, video=False, max_episode_steps=10, **kw)
+    return train_config("ppo", task="so101-push", num_envs=8, total_steps=8 * 6 * total_iterations, seed=3,
+                        out=str(out), ppo=PPOConfig(rollout_steps=6, num_minibatches=2, num_epochs=2),
+                        policy=ActorCriticConfig(actor_hidden=(16,), critic_hidden=(16,)), checkpoint_every=2,
+                        eval_every=0, eval_episodes=2, eval_envs=2, video=False, max_episode_steps=10, **kw)
 
 
 def test_resume_continues_exactly(tmp_path):

@@ -17,34 +17,33 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from rlrobot.algorithms.ppo import PPO, PPOConfig
-from rlrobot.data.rollout_storage import RolloutStorage
 from rlrobot.policies.actor_critic import ActorCritic
 
 STEPS, ENVS, OBS, ACT = 6, 16, 8, 3
 
 
-def fixed_rollout(env_slice: slice) -> RolloutStorage:
+def fixed_rollout(env_slice: slice) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(1)
     data = {"obs": torch.randn(STEPS, ENVS, OBS, generator=gen), "actions": torch.randn(STEPS, ENVS, ACT, generator=gen),
             "log_probs": torch.randn(STEPS, ENVS, generator=gen) - 3, "values": torch.randn(STEPS, ENVS, generator=gen),
             "rewards": torch.randn(STEPS, ENVS, generator=gen), "dones": (torch.rand(STEPS, ENVS, generator=gen) < 0.1).float(),
             "mean": torch.randn(STEPS, ENVS, ACT, generator=gen) * 0.1, "last": torch.randn(ENVS, generator=gen)}
-    n = len(range(ENVS)[env_slice])
-    storage = RolloutStorage(STEPS, n, {"state": (OBS,)}, ACT, torch.device("cpu"))
-    for t in range(STEPS):
-        storage.add({"state": data["obs"][t, env_slice]}, data["actions"][t, env_slice], data["log_probs"][t, env_slice],
-                    data["values"][t, env_slice], data["rewards"][t, env_slice], data["dones"][t, env_slice],
-                    data["mean"][t, env_slice], torch.ones(n, ACT))
-    storage.compute_returns(data["last"][env_slice], 0.99, 0.95)
-    return storage
+    return {k: v[..., env_slice] if k == "last" else v[:, env_slice] for k, v in data.items()}
 
 
-def run_update(storage: RolloutStorage, sync=None) -> tuple[dict, float]:
+def run_update(data: dict[str, torch.Tensor], sync=None) -> tuple[dict, float]:
     torch.manual_seed(0)
     policy = ActorCritic(OBS, ACT)
-    algo = PPO(policy, PPOConfig(num_epochs=3, num_minibatches=1, lr=3e-3), torch.device("cpu"), sync=sync)
-    algo.update(storage, torch.Generator().manual_seed(0))
-    return {k: v.clone() for k, v in policy.state_dict().items()}, algo.lr
+    n = data["obs"].shape[1]
+    algo = PPO(policy, PPOConfig(rollout_steps=STEPS, num_epochs=3, num_minibatches=1, lr=3e-3), torch.device("cpu"), n,
+               {"state": ((OBS,), torch.float32)}, sync=sync)
+    for t in range(STEPS):
+        algo.storage.add({"state": data["obs"][t]}, actions=data["actions"][t], log_probs=data["log_probs"][t],
+                         values=data["values"][t], rewards=data["rewards"][t], dones=data["dones"][t],
+                         action_mean=data["mean"][t], action_std=torch.ones(n, ACT))
+    algo.storage.compute_returns(data["last"], 0.99, 0.95)
+    algo.update(torch.Generator().manual_seed(0))
+    return {k: v.clone() for k, v in policy.state_dict().items()}, algo.lr_schedule.lr
 
 
 def _rank_main(rank: int, world: int, init_file: str, out_dir: str) -> None:
@@ -81,11 +80,11 @@ def torchrun(tmp_path, *args: str) -> None:
 
 
 @pytest.mark.parametrize("algo, iterations, extra", [
-    ("ppo", 4, ["--ppo.num-steps", "8", "--ppo.num-minibatches", "2", "--total-steps", str(2 * 8 * 8 * 4)]),
-    ("sac", 3, ["--sac.learning-starts", "64", "--sac.batch-size", "32", "--sac.steps-per-iteration", "8",
+    ("ppo", 4, ["--ppo.rollout-steps", "8", "--ppo.num-minibatches", "2", "--total-steps", str(2 * 8 * 8 * 4)]),
+    ("sac", 3, ["--sac.learning-starts", "64", "--sac.batch-size", "32", "--sac.rollout-steps", "8",
              "--total-steps", str(2 * 8 * 8 * 3)]),
-    ("flow-noise", 2, ["--flow-ppo.num-steps", "2", "--flow-ppo.num-minibatches", "2", "--flow.velocity-hidden", "64",
-                    "64", "--total-steps", str(2 * 8 * 2 * 5 * 2)]),
+    ("flow-noise", 2, ["--init", "none", "--flow-ppo.rollout-chunks", "2", "--flow-ppo.num-minibatches", "2",
+                    "--flow.velocity-hidden", "64", "64", "--total-steps", str(2 * 8 * 2 * 5 * 2)]),
 ])
 def test_torchrun_training_keeps_ranks_identical(tmp_path, algo, iterations, extra):
     out = tmp_path / "run"

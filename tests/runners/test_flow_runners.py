@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from rlrobot.cli import main
-from rlrobot.data.demonstrations import CollectArgs, collect_demonstrations, load_demonstrations
+from rlrobot.commands.collect import CollectArgs, collect_demonstrations
+from rlrobot.data.demonstrations import load_demonstrations
 from rlrobot.data.lerobot_dataset import read_lerobot_dataset
 
 SMALL = ["--flow.state-hidden", "32", "32", "--flow.embed-dim", "32", "--flow.velocity-hidden", "64", "64",
@@ -70,7 +71,7 @@ def test_collect_sft_eval_rl_round_trip(reach_demos, tmp_path):
     sft = tmp_path / "sft"
     main(["train", "--algo", "sft", "--task", "so101-reach", "--dataset", str(reach_demos), "--out", str(sft),
           "--num-envs", "2", "--sft.num-updates", "40", "--sft.updates-per-iteration", "20", "--sft.batch-size", "64",
-          "--flow.chunk-size", "4", "--flow.num-steps", "3", "--execute-steps", "2", *SMALL])
+          "--flow.chunk-size", "4", "--flow.denoising-steps", "3", "--flow.execute-steps", "2", *SMALL])
     summary = json.loads((sft / "summary.json").read_text())
     assert summary["eval"]["episodes"] == 4 and 0.0 <= summary["eval"]["success_rate"] <= 1.0
     lines = [json.loads(x) for x in (sft / "metrics.jsonl").read_text().splitlines()]
@@ -78,7 +79,7 @@ def test_collect_sft_eval_rl_round_trip(reach_demos, tmp_path):
     assert len(losses) == 2 and losses[-1] < losses[0]
     config = json.loads((sft / "checkpoints" / "latest").parent.joinpath(
         (sft / "checkpoints" / "latest").read_text().strip(), "config.json").read_text())
-    assert config["policy_class"] == "FlowPolicy" and config["dataset"]["episodes"] == 3
+    assert config["policy_kind"] == "flow" and config["dataset"]["episodes"] == 3
 
     main(["eval", "--checkpoint", str(sft), "--episodes", "4", "--num-envs", "2", "--no-video", "--out", str(tmp_path / "ev")])
     first = json.loads((tmp_path / "ev" / "eval.json").read_text())
@@ -96,12 +97,12 @@ def test_collect_sft_eval_rl_round_trip(reach_demos, tmp_path):
 
     rl = tmp_path / "rl"
     main(["train", "--algo", "flow-sde", "--task", "so101-reach", "--init", str(sft), "--out", str(rl), "--num-envs", "4",
-          "--flow-ppo.num-steps", "2", "--flow-ppo.num-minibatches", "2", "--total-steps", "16", "--logger", "none",
+          "--flow-ppo.rollout-chunks", "2", "--flow-ppo.num-minibatches", "2", "--total-steps", "16", "--logger", "none",
           "--no-video", "--eval-episodes", "4", "--eval-envs", "4", "--num-threads", "1"])
     saved = json.loads((rl / "config.json").read_text())
     # the architecture comes from the SFT checkpoint, so are its execute steps
     assert saved["train"]["flow"]["chunk_size"] == 4 and saved["train"]["flow"]["velocity_hidden"] == [64, 64]
-    assert saved["train"]["execute_steps"] == 2
+    assert saved["train"]["flow"]["execute_steps"] == 2
     assert json.loads((rl / "summary.json").read_text())["env_steps"] == 16
     # and the run resumes
     main(["train", "--resume", "--out", str(rl), "--total-steps", "32"])
@@ -123,17 +124,17 @@ def test_dataset_that_does_not_match_the_task(reach_demos, tmp_path, capsys):
               str(tmp_path / "z"), *SMALL])
     assert "not a LeRobotDataset" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        main(["train", "--algo", "sft", "--task", "so101-reach", "--dataset", str(reach_demos), "--flow.num-steps", "0",
+        main(["train", "--algo", "sft", "--task", "so101-reach", "--dataset", str(reach_demos), "--flow.denoising-steps", "0",
               "--out", str(tmp_path / "w"), *SMALL])
-    assert "flow.num_steps (K, the denoising steps) must be >= 1" in capsys.readouterr().out
+    assert "flow.denoising_steps (K) must be >= 1" in capsys.readouterr().out
 
 
 def test_init_from_another_policy_type(tmp_path, capsys):
     ppo = tmp_path / "ppo"
-    main(["train", "--task", "so101-reach", "--num-envs", "4", "--ppo.num-steps", "4", "--ppo.num-minibatches", "2",
+    main(["train", "--task", "so101-reach", "--num-envs", "4", "--ppo.rollout-steps", "4", "--ppo.num-minibatches", "2",
           "--total-steps", "16", "--out", str(ppo), "--logger", "none", "--no-video", "--eval-episodes", "2",
           "--eval-envs", "2", "--num-threads", "1"])
     with pytest.raises(SystemExit):
         main(["train", "--algo", "flow-noise", "--task", "so101-reach", "--init", str(ppo), "--out", str(tmp_path / "f"),
               "--num-envs", "4", "--total-steps", "200", *SMALL])
-    assert "holds a ActorCritic policy; algo='flow-noise' fine-tunes a FlowPolicy" in capsys.readouterr().out
+    assert "holds a 'actor-critic' policy; algo='flow-noise' fine-tunes a 'flow' policy" in capsys.readouterr().out

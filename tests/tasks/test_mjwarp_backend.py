@@ -147,7 +147,7 @@ def test_train_cli_on_mjwarp(tmp_path):
     from rlrobot.cli import main
 
     out = tmp_path / "run"
-    main(["train", "--task", "so101-reach", "--backend", "mjwarp", "--num-envs", "8", "--ppo.num-steps", "4",
+    main(["train", "--task", "so101-reach", "--backend", "mjwarp", "--num-envs", "8", "--ppo.rollout-steps", "4",
           "--total-steps", "64", "--eval-episodes", "2", "--eval-envs", "2", "--logger", "none", "--out", str(out)])
     assert (out / "summary.json").exists()
 

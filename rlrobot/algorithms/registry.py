@@ -1,0 +1,89 @@
+"""The algorithm registry: each algorithm module registers one ``AlgorithmSpec``; factories, validation, step counting
+and the CLI look algorithms up here instead of testing their names.
+
+An algorithm is one module that defines its config (an ``AlgorithmConfig``: its own validation and env steps per
+iteration), its learner class (which owns its optimizers, storage and ``state_dict``), and calls ``register_algorithm``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlrobot.config import TrainConfig
+
+
+class AlgorithmConfig:
+    """Base of every algorithm's config section (a dataclass). ``run`` is the whole run config (common fields, the
+    policy section, this section)."""
+
+    def validate(self, run: TrainConfig) -> None:
+        """Raise ValueError naming the field and what is allowed; no I/O, no changes to the config."""
+
+    def env_steps_per_iteration(self, run: TrainConfig) -> int:
+        """Environment steps of one runner iteration on one rank, summed over envs (0 when the env is not stepped)."""
+        raise NotImplementedError
+
+    def prepare(self, run: TrainConfig) -> None:
+        """Read what the config names on disk (datasets, checkpoints to start from) before anything is built; may adopt
+        settings from there (e.g. the architecture of ``--init``). The only step that does I/O."""
+
+    @property
+    def discount(self) -> float | None:
+        """The discount the learner uses (for potential-based reward shaping); None if it learns without rewards."""
+        return getattr(self, "gamma", None)
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    """what --algo takes"""
+    summary: str
+    """one line for help texts"""
+    config_field: str
+    """name of the config section in the run config (and the CLI prefix: ``sac`` -> ``--sac.utd``)"""
+    config: type[AlgorithmConfig]
+    policy_kind: str
+    """the registered policy kind this algorithm trains (rlrobot.policies.registry)"""
+    runner: str
+    """``module:Class`` of its runner, imported only when a run starts"""
+    run_fields: tuple[type, ...] = ()
+    """extra top-level option groups the algorithm needs (``DatasetInput`` -> ``--dataset``, ``InitCheckpoint``)"""
+
+    def runner_class(self) -> type:
+        module, _, name = self.runner.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+_ALGORITHMS: dict[str, AlgorithmSpec] = {}
+
+
+def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
+    if spec.name in _ALGORITHMS and _ALGORITHMS[spec.name] != spec:
+        raise ValueError(f"algorithm {spec.name!r} is registered twice")
+    _ALGORITHMS[spec.name] = spec
+    return spec
+
+
+def _load_builtin() -> None:
+    import rlrobot.algorithms  # noqa: F401  (its modules register themselves on import)
+
+
+def algorithm_names() -> tuple[str, ...]:
+    _load_builtin()
+    return tuple(sorted(_ALGORITHMS))
+
+
+def algorithm_spec(name: str) -> AlgorithmSpec:
+    """The spec registered under ``name``; an unknown name is refused with the registered ones."""
+    _load_builtin()
+    if name not in _ALGORITHMS:
+        raise ValueError(f"algo={name!r} is not a registered algorithm; registered: {', '.join(sorted(_ALGORITHMS))}")
+    return _ALGORITHMS[name]
+
+
+def describe_algorithms() -> list[dict[str, Any]]:
+    return [{"algo": s.name, "policy_kind": s.policy_kind, "summary": s.summary} for s in
+            (algorithm_spec(n) for n in algorithm_names())]

@@ -1,0 +1,1 @@
+"""Commands of the ``rlrobot`` CLI that are applications rather than library parts (``collect``)."""
