@@ -1,42 +1,69 @@
 """Policy client: the robot side of ``rlrobot serve`` (synchronous; the executor calls it from a worker thread).
 
+It speaks protocol version 2 (PROTOCOL.md): it answers the server's challenge with its own nonce, derives the keys of
+this connection, and accepts an answer only if it is authenticated with the server-to-client key of this connection,
+carries the next server ``seq``, and names the request it answers in ``request``. Anything else that arrives while it
+waits (a replayed, injected or stale frame) is dropped and counted in ``dropped``, and the wait goes on until the
+request's deadline: a frame can never be taken for the answer to another request.
+
 A lost server is an ordinary event: ``infer`` raises ``ConnectionError`` at once (or after ``timeout_s``), and the
 next call tries to reconnect (no more often than ``reconnect_interval_s``), so the client picks the server up again
-when it returns.
+when it returns. ``wss://`` URLs use TLS, verified against the system's CAs or ``tls_ca``.
 """
 
 from __future__ import annotations
 
+import collections
+import ssl
 import time
 from typing import Any
 
 import numpy as np
 
 from . import protocol
+from .stats import RunningStats
 
 
 class PolicyClient:
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 1.0, reconnect_interval_s: float = 0.2,
-                 max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES):
+                 max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES, tls_ca: str | None = None):
         self.url, self.timeout_s, self.reconnect_interval_s = url, timeout_s, reconnect_interval_s
         self.secret = token.encode() if token else None
         self.max_frame_bytes = max_frame_bytes
+        self.tls_ca = tls_ca
         self.metadata: dict[str, Any] | None = None
-        self.round_trips: list[float] = []
+        self.round_trips = RunningStats(scale=1e3)  # ms; bounded however long the client runs
+        self.dropped: collections.Counter[str] = collections.Counter()
+        self.last_unsigned_error: str | None = None
         self.reconnects = 0
         self._ws = None
+        self._keys: dict[str, bytes | None] = {}
         self._seq = 0
+        self._peer_seq = 0
         self._last_attempt = -1e9
 
-    def _send(self, msg: dict) -> None:
-        self._seq += 1
-        self._ws.send(protocol.encode({**msg, "seq": self._seq}, self.secret))
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if not self.url.startswith("wss://"):
+            return None
+        context = ssl.create_default_context(cafile=self.tls_ca)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        return context
 
-    def _receive(self) -> dict:
-        reply = protocol.decode(self._ws.recv(timeout=self.timeout_s), self.secret, self.max_frame_bytes)
-        if reply["type"] == "error":
-            raise protocol.ProtocolError(reply.get("code", "internal"), reply.get("message", ""))
-        return reply
+    def _send(self, msg: dict, key: bytes | None) -> int:
+        self._seq += 1
+        self._ws.send(protocol.encode({**msg, "seq": self._seq}, key))
+        return self._seq
+
+    def _unsigned_error(self, frame) -> protocol.ProtocolError | None:
+        """An unsigned error frame (the server's answer to a frame it could not authenticate), else None."""
+        try:
+            msg = protocol.decode_unsigned(frame)
+        except protocol.ProtocolError:
+            return None
+        if msg["type"] != "error":
+            return None
+        self.last_unsigned_error = f"{msg.get('code')}: {str(msg.get('message'))[:200]}"
+        return protocol.ProtocolError(str(msg.get("code", "internal")), str(msg.get("message", "")))
 
     def connect(self) -> dict[str, Any]:
         from websockets.sync.client import connect
@@ -45,19 +72,35 @@ class PolicyClient:
         self._last_attempt = time.monotonic()
         try:
             # entering the context makes the connection ours to close (websockets >= 17 warns otherwise)
+            options = {"ssl": self._ssl_context()} if self.url.startswith("wss://") else {}
             self._ws = connect(self.url, open_timeout=self.timeout_s, close_timeout=0.2, compression=None,
-                               max_size=self.max_frame_bytes + 64 * 1024).__enter__()
-            self._send(protocol.message("hello", 0, client="rlrobot"))
-            reply = self._receive()
+                               max_size=self.max_frame_bytes + 64 * 1024, **options).__enter__()
+            challenge = protocol.decode_unsigned(self._ws.recv(timeout=self.timeout_s))
+            server_nonce = challenge.get("nonce")
+            if challenge["type"] != "challenge" or not isinstance(server_nonce, bytes) \
+                    or len(server_nonce) != protocol.NONCE_BYTES:
+                raise protocol.ProtocolError("malformed", f"expected a challenge with a {protocol.NONCE_BYTES}-byte nonce")
+            client_nonce = protocol.new_nonce()
+            self._seq, self._peer_seq = 0, 0
+            keys = protocol.session_keys(self.secret, server_nonce, client_nonce)
+            self._send(protocol.message("hello", 0, nonce=client_nonce, client="rlrobot"),
+                       protocol.hello_key(self.secret, server_nonce))
+            frame = self._ws.recv(timeout=self.timeout_s)
+            try:
+                reply = protocol.decode(frame, keys[protocol.S2C], self.max_frame_bytes)
+            except protocol.ProtocolError as e:
+                raise self._unsigned_error(frame) or e from None
+            if reply["type"] == "error":
+                raise protocol.ProtocolError(str(reply.get("code")), str(reply.get("message")))
+            if reply["type"] != "hello" or reply["seq"] != 1 or reply.get("request") != 1:
+                raise protocol.ProtocolError("bad_request", f"expected the hello answering request 1, got {reply['type']!r}")
+            self._keys, self._peer_seq = keys, 1
         except protocol.ProtocolError:
             self.close()
             raise
         except Exception as e:
             self.close()
-            raise ConnectionError(f"cannot reach the policy server at {self.url}: {e}") from e
-        if reply["type"] != "hello":
-            self.close()
-            raise protocol.ProtocolError("bad_request", f"expected a hello, got {reply['type']!r}")
+            raise ConnectionError(f"cannot reach the policy server at {self.url}: {type(e).__name__}: {e}") from e
         if self.metadata is not None:
             self.reconnects += 1
         self.metadata = reply["metadata"]
@@ -67,6 +110,33 @@ class PolicyClient:
     def connected(self) -> bool:
         return self._ws is not None
 
+    def _request(self, msg: dict) -> dict:
+        """Send one request; return the authenticated frame answering it (an error frame raises ProtocolError)."""
+        seq = self._send(msg, self._keys[protocol.C2S])
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no answer to request {seq} within {self.timeout_s} s"
+                                   + (f" (last unsigned error: {self.last_unsigned_error})" if self.last_unsigned_error else ""))
+            frame = self._ws.recv(timeout=remaining)
+            try:
+                reply = protocol.decode(frame, self._keys[protocol.S2C], self.max_frame_bytes)
+            except protocol.ProtocolError as e:
+                self._unsigned_error(frame)
+                self.dropped[e.code] += 1
+                continue
+            if reply["seq"] != self._peer_seq + 1:
+                self.dropped["seq"] += 1  # replayed or duplicated on this connection
+                continue
+            self._peer_seq = reply["seq"]
+            if reply.get("request") != seq:
+                self.dropped["request"] += 1  # answers another request: never take it for this one
+                continue
+            if reply["type"] == "error":
+                raise protocol.ProtocolError(str(reply.get("code", "internal")), str(reply.get("message", "")), seq)
+            return reply
+
     def infer(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """Action chunk [chunk, action_dim] for one observation; ConnectionError when the server is unreachable."""
         if self._ws is None:
@@ -75,19 +145,23 @@ class PolicyClient:
             self.connect()
         start = time.perf_counter()
         try:
-            self._send(protocol.message("infer", 0, obs=obs))
-            reply = self._receive()
+            reply = self._request(protocol.message("infer", 0, obs=obs))
         except protocol.ProtocolError:
             raise
         except Exception as e:  # closed socket, timeout, reset: the server is gone until a reconnect works
             self.close()
             raise ConnectionError(f"policy server lost: {type(e).__name__}: {e}") from e
         self.round_trips.append(time.perf_counter() - start)
-        return np.asarray(reply["actions"], np.float32)
+        actions = reply.get("actions")
+        if reply["type"] != "action" or not isinstance(actions, np.ndarray) or actions.dtype.kind != "f":
+            raise protocol.ProtocolError("malformed", f"an action reply carries a float array 'actions', got "
+                                                      f"{type(actions).__name__}")
+        return actions.astype(np.float32)
 
     def stats(self) -> dict[str, Any]:
-        self._send(protocol.message("stats", 0))
-        return self._receive()
+        if self._ws is None:
+            self.connect()
+        return self._request(protocol.message("stats", 0))
 
     def close(self) -> None:
         if self._ws is not None:

@@ -1,23 +1,46 @@
 """Policy server: ``rlrobot serve --checkpoint PATH --host 127.0.0.1 --port P`` (websocket, msgpack frames).
 
-Each connection must open with a ``hello``; the reply carries the policy's metadata. Then ``infer`` requests get
-``action`` replies. Anything wrong in a frame (size, authentication, version, shape) gets an ``error`` frame and the
-connection stays usable; nothing a client sends can stop the server. Inference runs in a worker thread under a lock,
-so slow inference never stalls the event loop that serves the other clients.
+Each connection gets a ``challenge`` (a fresh nonce) and must answer with an authenticated ``hello`` within
+``--hello-timeout-s``; the reply carries the policy's metadata and every later frame is authenticated with keys of
+that connection (PROTOCOL.md). Then ``infer`` requests get ``action`` replies. The server is bounded against hostile
+peers: at most ``--max-connections`` TCP connections (of which at most ``--max-unauthenticated`` before their hello;
+a new one evicts the oldest unauthenticated one), frames over the size limit are refused, large frames are decoded
+off the event loop by a decoder whose every length is capped, and its own log is rate-limited. Anything wrong in an
+authenticated session's frame gets an ``error`` frame and the connection stays usable; before authentication an
+error frame (unsigned) is followed by closing the connection. Inference runs in a worker thread under a lock, so
+slow inference never stalls the event loop that serves the other clients.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import ipaddress
 import json
+import logging
+import math
 import signal
+import socket
+import ssl
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from . import protocol
-from .policy_runtime import LoadedPolicy, latency_summary
+from .stats import RunningStats
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+log = logging.getLogger("rlrobot.server")
+
+FRAME_SLACK_BYTES = 64 * 1024
+"""frames up to this much over the limit are still read and answered with an ``oversized`` error; larger ones close
+the connection (websocket close code 1009) before they are buffered"""
+OFFLOAD_DECODE_BYTES = 64 * 1024
+"""frames larger than this are authenticated and decoded in a worker thread, off the event loop"""
 
 
 @dataclass
@@ -27,15 +50,56 @@ class ServeArgs:
     host: str = "127.0.0.1"
     port: int = 8765
     token: str | None = None
-    """shared secret: every frame carries an HMAC-SHA256 made with it (also read from RLROBOT_TOKEN)"""
+    """shared secret: every frame carries an HMAC-SHA256 with keys derived from it (also read from RLROBOT_TOKEN)"""
     insecure: bool = False
-    """serve without a token (refused unless the host is a loopback address)"""
+    """serve without a token (refused unless the host resolves only to loopback addresses)"""
+    tls_cert: str | None = None
+    """PEM certificate (chain) to serve wss:// (TLS); give with --tls-key"""
+    tls_key: str | None = None
+    """PEM private key of --tls-cert"""
     max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES
+    """largest frame accepted after authentication (1 KiB .. 256 MiB)"""
+    max_connections: int = 64
+    """open TCP connections at most; more are closed at once"""
+    max_unauthenticated: int = 16
+    """connections that have not yet sent an authenticated hello, at most (the oldest is closed for a new one)"""
+    hello_timeout_s: float = 5.0
+    """a connection that has not authenticated this long after it was accepted is closed"""
     device: str = "cpu"
+
+    def validate(self) -> None:
+        """One clear error naming the field and what is allowed, before anything is loaded."""
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port={self.port} is not in 0..65535")
+        if not 1024 <= self.max_frame_bytes <= 256 * 1024 * 1024:
+            raise ValueError(f"max_frame_bytes={self.max_frame_bytes} is not in 1024..268435456")
+        if not 1 <= self.max_connections <= 65536:
+            raise ValueError(f"max_connections={self.max_connections} is not in 1..65536")
+        if not 1 <= self.max_unauthenticated <= self.max_connections:
+            raise ValueError(f"max_unauthenticated={self.max_unauthenticated} is not in 1..max_connections "
+                             f"({self.max_connections})")
+        if not (math.isfinite(self.hello_timeout_s) and 0 < self.hello_timeout_s <= 300):
+            raise ValueError(f"hello_timeout_s={self.hello_timeout_s} is not a number in (0, 300]")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key must be given together (PEM files)")
+        for name in ("tls_cert", "tls_key"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name}={path!r} is not a readable file")
 
 
 def is_loopback(host: str) -> bool:
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
+    """True when every address ``host`` resolves to is a loopback address (127.0.0.0/8, ::1)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False
+    addresses = {info[4][0].split("%")[0] for info in infos}
+    return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
 
 
 def resolve_secret(token: str | None, insecure: bool, host: str) -> bytes | None:
@@ -47,82 +111,270 @@ def resolve_secret(token: str | None, insecure: bool, host: str) -> bytes | None
     if not insecure:
         raise ValueError("a token is required (--token or RLROBOT_TOKEN); pass --insecure to serve without one on loopback")
     if not is_loopback(host):
-        raise ValueError(f"--insecure is only allowed on a loopback host ({', '.join(LOOPBACK_HOSTS)}), not {host!r}")
+        raise ValueError(f"--insecure is only allowed on a host that resolves to loopback addresses only (127.0.0.0/8, "
+                         f"::1), not {host!r}")
     return None
 
 
-class PolicyServer:
-    def __init__(self, policy: LoadedPolicy, secret: bytes | None, max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES):
-        self.policy, self.secret, self.max_frame_bytes = policy, secret, max_frame_bytes
-        self.lock = asyncio.Lock()
-        self.errors: dict[str, int] = {}
-        self.connections = 0
+class RateLimitFilter(logging.Filter):
+    """At most ``burst`` records of one kind (logger + message template) per ``window_s``; the next record after a
+    quiet window says how many were dropped. A flood of hostile connections cannot fill the disk with tracebacks."""
 
+    def __init__(self, burst: int = 5, window_s: float = 10.0, max_kinds: int = 256):
+        super().__init__()
+        self.burst, self.window_s, self.max_kinds = burst, window_s, max_kinds
+        self.kinds: dict[tuple[str, str], list[float]] = {}  # kind -> [window start, count, suppressed]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        kind = (record.name, str(record.msg)[:100])
+        state = self.kinds.get(kind)
+        if state is None:
+            if len(self.kinds) >= self.max_kinds:
+                self.kinds.clear()
+            state = self.kinds[kind] = [now, 0, 0]
+        if now - state[0] >= self.window_s:
+            if state[2]:
+                record.msg = f"{record.msg} [{int(state[2])} similar messages suppressed in the last {self.window_s:.0f} s]"
+            state[:] = [now, 0, 0]
+        state[1] += 1
+        if state[1] > self.burst:
+            state[2] += 1
+            return False
+        return True
+
+
+def install_log_rate_limit(burst: int = 5, window_s: float = 10.0) -> RateLimitFilter:
+    limiter = RateLimitFilter(burst, window_s)
+    for name in ("asyncio", "websockets", "websockets.server", "rlrobot.server"):
+        logging.getLogger(name).addFilter(limiter)
+    return limiter
+
+
+class PolicyServer:
+    def __init__(self, policy, secret: bytes | None, max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES,
+                 max_connections: int = 64, max_unauthenticated: int = 16, hello_timeout_s: float = 5.0):
+        self.policy, self.secret, self.max_frame_bytes = policy, secret, max_frame_bytes
+        self.max_connections, self.max_unauthenticated = max_connections, max_unauthenticated
+        self.hello_timeout_s = hello_timeout_s
+        self.lock = asyncio.Lock()
+        self.errors: collections.Counter[str] = collections.Counter()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.open: set[Any] = set()
+        self.pending: collections.OrderedDict[Any, float] = collections.OrderedDict()  # connection -> accept time
+        self.latency = RunningStats(scale=1e3)  # inference seconds -> ms; bounded however long the server runs
+        policy.latencies = RunningStats(scale=1e3)  # the runtime appends every inference: keep that bounded too
+        self.decoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="decode")
+
+    # ------------------------------------------------------------ connection admission (TCP level)
+    def connection_class(self):
+        from websockets.asyncio.server import ServerConnection
+
+        server = self
+
+        class AdmittedConnection(ServerConnection):
+            def connection_made(self, transport) -> None:
+                super().connection_made(transport)
+                server._admit(self, transport)
+
+            def connection_lost(self, exc) -> None:
+                server._release(self)
+                super().connection_lost(exc)
+
+        return AdmittedConnection
+
+    def _admit(self, connection, transport) -> None:
+        if len(self.open) >= self.max_connections:
+            self.counts["refused"] += 1
+            log.warning("connection refused: %d connections open (--max-connections)", len(self.open))
+            transport.abort()
+            return
+        if len(self.pending) >= self.max_unauthenticated:
+            oldest, _ = self.pending.popitem(last=False)
+            self.counts["evicted"] += 1
+            log.warning("closed the oldest unauthenticated connection: %d are waiting (--max-unauthenticated)",
+                        self.max_unauthenticated)
+            oldest.transport.abort()
+        self.counts["accepted"] += 1
+        self.open.add(connection)
+        self.pending[connection] = time.monotonic()
+        # before authentication only tiny frames are legitimate; larger ones close the connection (1009)
+        connection.protocol.max_message_size = protocol.HANDSHAKE_MAX_FRAME_BYTES
+
+    def _release(self, connection) -> None:
+        self.open.discard(connection)
+        self.pending.pop(connection, None)
+
+    def _authenticated(self, connection) -> None:
+        self.pending.pop(connection, None)
+        self.counts["authenticated"] += 1
+        connection.protocol.max_message_size = self.max_frame_bytes + FRAME_SLACK_BYTES
+
+    # ------------------------------------------------------------ one connection
     async def handle(self, connection) -> None:
-        self.connections += 1
-        hello_done, last_seq, out_seq = False, -1, 0
+        from websockets.exceptions import ConnectionClosed
+
+        if connection not in self.open:  # refused at admission
+            return
+        try:
+            accepted = self.pending.get(connection, time.monotonic())
+            keys = await self._handshake(connection, accepted + self.hello_timeout_s)
+            if keys is not None:
+                await self._session(connection, keys)
+        except ConnectionClosed:
+            pass
+        except Exception as e:  # a bug must end this connection only, never the server
+            self.errors["internal"] += 1
+            log.error("connection failed: %s: %s", type(e).__name__, e)
+
+    async def _refuse(self, connection, e: protocol.ProtocolError, close: bool) -> None:
+        """An unsigned error frame (the peer is not authenticated), then maybe close the connection."""
+        self.errors[e.code] += 1
+        log.warning("refused a frame from an unauthenticated peer: %s", e.code)
+        await connection.send(protocol.encode(protocol.error(0, e.code, e.message, e.request), None))
+        if close:
+            await connection.close(1008, e.code)
+
+    async def _handshake(self, connection, deadline: float) -> dict[str, bytes | None] | None:
+        server_nonce = protocol.new_nonce()
+        await connection.send(protocol.encode(protocol.message("challenge", 0, nonce=server_nonce), None))
+        key = protocol.hello_key(self.secret, server_nonce)
+        try:
+            frame = await asyncio.wait_for(connection.recv(), max(deadline - time.monotonic(), 0.0))
+        except asyncio.TimeoutError:
+            self.counts["hello_timeouts"] += 1
+            log.warning("closed a connection that sent no hello within %.1f s", self.hello_timeout_s)
+            await connection.close(1008, "no authenticated hello in time")
+            return None
+        try:
+            hello = protocol.decode(frame, key, protocol.HANDSHAKE_MAX_FRAME_BYTES)
+            if hello["type"] != "hello" or hello["seq"] != 1:
+                raise protocol.ProtocolError("bad_request", "the first frame is a hello with seq 1")
+            client_nonce = hello.get("nonce")
+            if not isinstance(client_nonce, bytes) or len(client_nonce) != protocol.NONCE_BYTES:
+                raise protocol.ProtocolError("malformed", f"a hello carries a {protocol.NONCE_BYTES}-byte 'nonce'")
+        except protocol.ProtocolError as e:
+            await self._refuse(connection, e, close=True)
+            return None
+        keys = protocol.session_keys(self.secret, server_nonce, client_nonce)
+        self._authenticated(connection)
+        reply = protocol.message("hello", 1, request=1, metadata=self.policy.metadata,
+                                 max_frame_bytes=self.max_frame_bytes)
+        await connection.send(protocol.encode(reply, keys[protocol.S2C]))
+        return keys
+
+    async def _session(self, connection, keys: dict[str, bytes | None]) -> None:
+        loop = asyncio.get_running_loop()
+        last_seq, out_seq = 1, 1
 
         async def send(msg: dict) -> None:
             nonlocal out_seq
             out_seq += 1
-            await connection.send(protocol.encode({**msg, "seq": out_seq}, self.secret))
+            await connection.send(protocol.encode({**msg, "seq": out_seq}, keys[protocol.S2C]))
 
-        try:
-            async for frame in connection:
-                try:
-                    msg = protocol.decode(frame, self.secret, self.max_frame_bytes)
-                    if msg["seq"] <= last_seq:
-                        raise protocol.ProtocolError("bad_request", f"seq {msg['seq']} does not increase (replayed frame?)")
-                    last_seq = msg["seq"]
-                    kind = msg["type"]
-                    if kind == "hello":
-                        hello_done = True
-                        await send(protocol.message("hello", 0, metadata=self.policy.metadata))
-                    elif not hello_done:
-                        raise protocol.ProtocolError("bad_request", "send a hello first")
-                    elif kind == "infer":
-                        obs = self.policy.check_observation(msg.get("obs"))
-                        async with self.lock:
-                            actions, seconds = await asyncio.to_thread(self.policy.infer_timed, obs)
-                        await send(protocol.message("action", 0, request=msg["seq"], actions=actions, inference_s=seconds))
-                    elif kind == "stats":
-                        await send(protocol.message("stats", 0, latency=latency_summary(self.policy.latencies),
-                                                    errors=dict(self.errors), connections=self.connections))
-                    else:
-                        raise protocol.ProtocolError("bad_request", f"unknown message type {kind!r}")
-                except protocol.ProtocolError as e:
-                    self.errors[e.code] = self.errors.get(e.code, 0) + 1
+        async for frame in connection:
+            try:
+                if len(frame) > OFFLOAD_DECODE_BYTES:  # hashing and decoding a large frame: not on the event loop
+                    msg = await loop.run_in_executor(self.decoder, protocol.decode, frame, keys[protocol.C2S],
+                                                     self.max_frame_bytes)
+                else:
+                    msg = protocol.decode(frame, keys[protocol.C2S], self.max_frame_bytes)
+            except protocol.ProtocolError as e:
+                if e.verified:
+                    self.errors[e.code] += 1
                     await send(protocol.error(0, e.code, e.message))
-                except Exception as e:  # a bug in a request must not take the server down
-                    self.errors["internal"] = self.errors.get("internal", 0) + 1
-                    await send(protocol.error(0, "internal", f"{type(e).__name__}: {e}"))
-        except Exception:  # the peer vanished mid-send: that connection ends, the server does not
-            pass
+                else:
+                    await self._refuse(connection, e, close=False)
+                continue
+            seq = msg["seq"]
+            try:
+                if seq != last_seq + 1:
+                    raise protocol.ProtocolError("bad_request", f"seq {seq} is not {last_seq + 1} (a replayed, "
+                                                                f"reordered or lost frame)", request=seq)
+                last_seq = seq
+                kind = msg["type"]
+                if kind == "infer":
+                    obs = self._observation(msg.get("obs"), seq)
+                    async with self.lock:
+                        actions, seconds = await asyncio.to_thread(self.policy.infer_timed, obs)
+                    self.latency.append(seconds)
+                    await send(protocol.message("action", 0, request=seq, actions=actions, inference_s=seconds))
+                elif kind == "stats":
+                    await send(protocol.message("stats", 0, request=seq, **self.stats()))
+                else:
+                    raise protocol.ProtocolError("bad_request", f"unknown message type {kind[:40]!r} after the hello",
+                                                 request=seq)
+            except protocol.ProtocolError as e:
+                self.errors[e.code] += 1
+                await send(protocol.error(0, e.code, e.message, e.request))
+            except Exception as e:  # a bug in a request must not take the server down
+                self.errors["internal"] += 1
+                await send(protocol.error(0, "internal", f"{type(e).__name__}: {e}", seq))
+
+    def _observation(self, obs: Any, seq: int) -> dict[str, np.ndarray]:
+        """The policy's own checks (keys, shapes), then float32 finiteness *after* the cast inference does."""
+        try:
+            checked = self.policy.check_observation(obs)
+        except protocol.ProtocolError as e:
+            raise protocol.ProtocolError(e.code, e.message, request=seq) from None
+        out = {}
+        for key, value in checked.items():
+            if value.dtype.kind not in "biuf":
+                raise protocol.ProtocolError("bad_request", f"obs[{key!r}] has dtype {value.dtype}", request=seq)
+            with np.errstate(over="ignore", invalid="ignore"):
+                cast = value.astype(np.float32)
+            if not np.isfinite(cast).all():
+                raise protocol.ProtocolError("bad_request", f"obs[{key!r}] is not finite as float32 (NaN, Inf or "
+                                                            "beyond +-3.4e38)", request=seq)
+            out[key] = cast
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        return {"latency": self.latency.summary(), "errors": dict(self.errors),
+                "connections": {**self.counts, "open": len(self.open), "unauthenticated": len(self.pending)}}
 
 
-async def _serve(args: ServeArgs, secret: bytes | None, policy: LoadedPolicy) -> None:
+def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    if cert is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context
+
+
+async def _serve(args: ServeArgs, secret: bytes | None, policy) -> None:
     from websockets.asyncio.server import serve
 
-    server = PolicyServer(policy, secret, args.max_frame_bytes)
+    install_log_rate_limit()
+    server = PolicyServer(policy, secret, args.max_frame_bytes, args.max_connections, args.max_unauthenticated,
+                          args.hello_timeout_s)
     stop = asyncio.get_running_loop().create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
-    # frames a little over the limit still arrive and get an "oversized" error frame; far larger ones close the
-    # connection (websocket close code 1009) before they are buffered
-    async with serve(server.handle, args.host, args.port, max_size=args.max_frame_bytes + 64 * 1024,
-                     compression=None) as ws_server:
+    context = tls_context(args.tls_cert, args.tls_key)
+    async with serve(server.handle, args.host, args.port, max_size=args.max_frame_bytes + FRAME_SLACK_BYTES,
+                     max_queue=4, compression=None, open_timeout=args.hello_timeout_s, ssl=context,
+                     create_connection=server.connection_class()) as ws_server:
         port = ws_server.sockets[0].getsockname()[1]
-        print(json.dumps({"event": "listening", "url": f"ws://{args.host}:{port}", "policy": policy.metadata,
-                          "authenticated": secret is not None}), flush=True)
+        scheme = "wss" if context is not None else "ws"
+        print(json.dumps({"event": "listening", "url": f"{scheme}://{args.host}:{port}", "policy": policy.metadata,
+                          "authenticated": secret is not None, "tls": context is not None,
+                          "protocol": protocol.PROTOCOL_VERSION}), flush=True)
         await stop
-    print(json.dumps({"event": "stopped", "latency": latency_summary(policy.latencies), "errors": server.errors,
-                      "connections": server.connections}), flush=True)
+    server.decoder.shutdown(wait=False, cancel_futures=True)
+    print(json.dumps({"event": "stopped", **server.stats()}), flush=True)
 
 
 def run_server(args: ServeArgs) -> None:
-    secret = resolve_secret(args.token, args.insecure, args.host)  # refuse bad set-ups before loading anything
-    if not 0 <= args.port < 65536:
-        raise ValueError(f"port={args.port} is not in 0..65535")
+    args.validate()  # refuse bad set-ups before loading anything
+    secret = resolve_secret(args.token, args.insecure, args.host)
+    try:
+        tls_context(args.tls_cert, args.tls_key)  # a bad certificate or key fails here, not at the first client
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"tls_cert={args.tls_cert!r} / tls_key={args.tls_key!r} cannot be loaded: {e}") from e
+    from .policy_runtime import LoadedPolicy
+
     policy = LoadedPolicy(args.checkpoint, args.device)
     try:
         asyncio.run(_serve(args, secret, policy))
