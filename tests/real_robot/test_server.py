@@ -5,9 +5,7 @@ import time
 
 import numpy as np
 import pytest
-from websockets.sync.client import connect
 
-from rlrobot.real_robot import protocol
 from rlrobot.real_robot.bridge import TaskBridge
 from rlrobot.real_robot.client import PolicyClient
 from rlrobot.real_robot.drivers.twin import TwinRobot
@@ -68,14 +66,22 @@ def test_server_killed_mid_episode_robot_holds_then_aborts_and_client_reconnects
     first_hold = min(t for t in holds if t > killed_at[0])
     assert first_hold - killed_at[0] <= dt + safety.watchdog_s
     assert twin.disabled and twin.commands[-1][1] == "disable"
-    # the server comes back on the same port: the client reconnects and the next episode runs normally
+    # the watchdog disable latched: the next episode does not start (nothing is commanded) until an operator clears it
+    assert result.latched and executor.supervisor.estopped
+    n_commands = len(twin.commands)
+    refused = executor.run_episode(50)
+    assert refused.aborted and refused.latched and refused.steps == 0 and "latched: watchdog" in refused.abort_reason
+    assert len(twin.commands) == n_commands
+    # the server comes back on the same port: the operator clears the latch, the client reconnects and runs normally
     srv2 = ServerProcess(expert_checkpoint, port=srv.port)
     try:
+        executor.supervisor.clear_estop()
         twin.reset_episode()
         executor.cfg.realtime = False
         deadline = time.time() + 10
         result = executor.run_episode(50)
         while result.aborted and time.time() < deadline:  # at most a reconnect interval of holds
+            executor.supervisor.clear_estop()
             twin.reset_episode()
             result = executor.run_episode(50)
         assert not result.aborted and result.fresh_chunks > 0 and client.reconnects >= 1
@@ -92,10 +98,11 @@ def test_nan_and_wild_policies_never_reach_the_robot_unclamped(tmp_path):
         client, twin, executor = deploy_stack(srv.url)
         result = executor.run_episode(20)
         executor.close()
-        commanded = np.array([q for _, kind, q in twin.commands if kind == "act"])
-        assert np.isfinite(commanded).all()
-        assert result.interventions.get("nonfinite", 0) == 20  # every step refused and the last safe target held
-        assert np.allclose(commanded, commanded[0])
+        kinds = {kind for _, kind, _ in twin.commands}
+        held = np.array([q for _, kind, q in twin.commands if kind == "hold"])
+        # every answer refused before any mapping: nothing from the policy is commanded, the arm holds where it was
+        assert kinds == {"hold"} and len(held) == 20 and np.isfinite(held).all() and np.allclose(held, held[0])
+        assert result.interventions.get("nonfinite", 0) == 20 and result.refused_chunks == 20
     finally:
         srv.stop()
     # a joint-position policy that jumps between the extremes every step: velocity and acceleration clamps
@@ -123,48 +130,75 @@ def test_nan_and_wild_policies_never_reach_the_robot_unclamped(tmp_path):
     assert sup.interventions["velocity"] > 0 and sup.interventions["acceleration"] > 0
 
 
-def raw_exchange(url, frame):
-    with connect(url, max_size=None, compression=None) as ws:
-        ws.send(frame)
-        return protocol.decode(ws.recv(timeout=5), TOKEN.encode(), max_frame_bytes=1 << 30)
-
-
 def test_bad_frames_are_rejected_while_a_good_client_is_served(server):
+    """Raw clients (tests/real_robot/wire.py, written from PROTOCOL.md) send every kind of bad frame; each gets its
+    error, before authentication an unsigned one followed by closing the connection, after it a signed one on a
+    connection that stays usable; a well-behaved client keeps getting identical answers."""
+    from websockets.exceptions import ConnectionClosed
+
+    from . import wire
+
     good = PolicyClient(server.url, token=TOKEN)
     good.connect()
     before = good.infer(STATE)
-    hello = protocol.message("hello", 1)
-    cases = {
-        "malformed": protocol._tag(TOKEN.encode(), b"\xc1 not msgpack") + b"\xc1 not msgpack",  # signed garbage
-        "unauthenticated": protocol.encode(hello, b"wrong-token"),
-        "version": protocol.encode({**hello, "version": 99}, TOKEN.encode()),
-        # just over the 8 MiB frame limit: read, refused with an error frame
-        "oversized": protocol.encode(protocol.message("infer", 2, obs={"state": np.zeros(2_099_652, np.float32)}),
-                                     TOKEN.encode()),
-    }
-    for code, frame in cases.items():
-        reply = raw_exchange(server.url, frame)
-        assert reply["type"] == "error" and reply["code"] == code, (code, reply)
-        assert np.array_equal(good.infer(STATE), before)  # the well-behaved client keeps being served
-    # far over the limit: the websocket layer closes that connection (1009) before buffering it; the server lives on
-    from websockets.exceptions import ConnectionClosedError
 
-    with pytest.raises(ConnectionClosedError, match="1009"):
-        raw_exchange(server.url, bytes(32) + bytes(20_000_000))
+    def refused_before_hello(msg=None, key="hello", raw=None):
+        s = wire.RawSession(server.url, TOKEN, hello=False)
+        k = wire.hello_key(s.secret, s.server_nonce) if key == "hello" else key
+        s.send(msg or {}, key=k, raw=raw)
+        reply, ok = s.recv(unsigned=True)
+        assert ok and reply["type"] == "error" and s.received[-1][:32] == bytes(32)  # unsigned: peer not authenticated
+        with pytest.raises(ConnectionClosed):
+            s.ws.recv(timeout=5)
+        return reply["code"]
+
+    hello = {"type": "hello", "version": 2, "seq": 1, "nonce": bytes(32)}
+    assert refused_before_hello(hello, key=b"wrong-token") == "unauthenticated"
+    assert refused_before_hello(raw=bytes(32) + wire.msgpack.packb(hello)) == "unauthenticated"
+    assert refused_before_hello(raw=b"\x00" * 40) in ("unauthenticated", "malformed")
+    for version in (99, 2.0, True, "2"):
+        assert refused_before_hello({**hello, "version": version}) == "version"
+    assert refused_before_hello({**hello, "seq": True}) == "malformed"
+    assert refused_before_hello({"type": "infer", "obs": {}}) == "bad_request"  # the first frame must be a hello
+    assert refused_before_hello({**hello, "nonce": b"short"}) == "malformed"
     assert np.array_equal(good.infer(STATE), before)
-    # a request before hello, a replayed seq and a wrong observation shape, on one connection
-    with connect(server.url, compression=None) as ws:
-        key = TOKEN.encode()
-        ws.send(protocol.encode(protocol.message("infer", 1, obs=STATE), key))
-        assert protocol.decode(ws.recv(timeout=5), key)["code"] == "bad_request"
-        ws.send(protocol.encode(protocol.message("hello", 2), key))
-        assert protocol.decode(ws.recv(timeout=5), key)["type"] == "hello"
-        ws.send(protocol.encode(protocol.message("infer", 2, obs=STATE), key))
-        assert "does not increase" in protocol.decode(ws.recv(timeout=5), key)["message"]
-        ws.send(protocol.encode(protocol.message("infer", 3, obs={"state": np.zeros(5, np.float32)}), key))
-        assert "shape" in protocol.decode(ws.recv(timeout=5), key)["message"]
+    # far over the limit: the websocket layer closes that connection (1009) before buffering it; before the hello
+    # the limit is 64 KiB
+    s = wire.RawSession(server.url, TOKEN, hello=False)
+    with pytest.raises(ConnectionClosed, match="1009"):
+        s.ws.send(bytes(32) + bytes(100_000))
+        s.ws.recv(timeout=5)
+    s = wire.RawSession(server.url, TOKEN)
+    with pytest.raises(ConnectionClosed, match="1009"):
+        s.ws.send(bytes(32) + bytes(20_000_000))
+        s.ws.recv(timeout=5)
+    assert np.array_equal(good.infer(STATE), before)
+    # authenticated session: each bad frame gets an error and the connection stays usable
+    s = wire.RawSession(server.url, TOKEN)
+    body = b"\xc1 not msgpack"
+    s.send({}, raw=wire.mac(s.c2s, body) + body)
+    reply, ok = s.recv()
+    assert ok and reply["code"] == "malformed"  # signed: the frame's tag was good
+    s.seq -= 1  # that frame never counted
+    s.send({"type": "infer", "obs": {"state": wire.ndarray(np.zeros(2_099_652, np.float32))}})  # just over 8 MiB
+    reply, ok = s.recv(unsigned=True)
+    assert ok and reply["code"] == "oversized"
+    s.seq -= 1
+    seq = s.send({"type": "infer", "obs": {"state": wire.ndarray(STATE["state"])}})
+    assert s.recv()[0]["type"] == "action"
+    s.seq = seq - 1  # the same seq again: a replay on this connection
+    reply, ok = s.request({"type": "infer", "obs": {"state": wire.ndarray(STATE["state"])}})
+    assert ok and reply["code"] == "bad_request" and "is not" in reply["message"] and reply["request"] == seq
+    reply, ok = s.request({"type": "infer", "obs": {"state": wire.ndarray(np.zeros(5, np.float32))}})
+    assert ok and "shape" in reply["message"] and reply["request"] == s.seq
+    reply, ok = s.request({"type": "infer", "obs": {"state": wire.ndarray(np.full((1, 27), 1e300))}})
+    assert ok and reply["code"] == "bad_request" and "finite as float32" in reply["message"]  # 1e300 -> inf in f4
+    reply, ok = s.request({"type": "infer", "obs": {"state": wire.ndarray(STATE["state"])}})
+    assert ok and reply["type"] == "action" and np.array_equal(reply["actions"], before)
+    s.close()
     assert server.proc.poll() is None
-    assert good.stats()["errors"]["bad_request"] >= 3
+    stats = good.stats()
+    assert stats["errors"]["bad_request"] >= 3 and stats["errors"]["unauthenticated"] >= 2
     good.close()
 
 
