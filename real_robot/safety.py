@@ -1,15 +1,22 @@
 """Safety supervisor: sits between any policy and any robot; nothing reaches the motors without passing it.
 
-Per command, in this order: NaN/Inf rejection (hold the last safe target), joint-limit clamp, per-step velocity clamp,
-per-step acceleration clamp, optional end-effector workspace box (forward kinematics of the *target*, from the
-task's MJCF; a target outside is refused and the last safe target kept). A watchdog turns "no fresh action" into
-hold, then disable; an e-stop (from code, a signal or a key) latches until ``reset``. Every intervention is counted
-and logged.
+Per command: NaN/Inf or wrong-shape targets are refused; the target is clamped to the joint limits; then the step
+from the last command is clamped to a window that keeps *every* emitted step within the velocity limit (|step| <=
+v dt) and the acceleration limit (|step - previous step| <= a dt^2), and that leaves room to brake to rest before a
+joint limit. Refusals (non-finite targets, a TCP outside the workspace box) and holds brake at the acceleration
+limit instead of stopping dead, so they never violate it either. The first command of an episode starts from the
+*measured* position at rest, even when a reading lies outside the joint limits (readings are not clipped): the
+arm then moves back inside at the same rates, never jumps to the limit.
+
+A watchdog turns "no fresh action" into hold, then disable. The supervisor has one latch: an e-stop (from code, a
+signal or a key), a watchdog disable or a control-loop fault sets it, ``filter``/``stop`` refuse while it is set,
+and only ``clear_estop`` (an operator's deliberate act) clears it. Every intervention is counted and logged.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 from collections import Counter
@@ -21,6 +28,15 @@ import numpy as np
 log = logging.getLogger("rlrobot.safety")
 
 WATCHDOG_STATES = ("ok", "hold", "disable")
+
+
+class SafetyLatched(RuntimeError):
+    """A command was asked for while the supervisor is latched (e-stop, watchdog disable or fault)."""
+
+
+def _positive_finite(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"safety.{name}={value!r} must be a finite number > 0")
 
 
 @dataclass
@@ -35,18 +51,23 @@ class SafetyConfig:
     watchdog_s: float = 0.25
     """no fresh action for this long -> hold position"""
     disable_after_s: float = 1.0
-    """no fresh action for this long -> disable (torque off) and abort the episode"""
+    """no fresh action for this long -> disable (torque off), abort the episode and latch until an operator clears it"""
 
     def __post_init__(self):
-        if self.max_joint_velocity <= 0 or self.max_joint_acceleration <= 0:
-            raise ValueError("safety.max_joint_velocity and safety.max_joint_acceleration must be > 0")
+        for name in ("max_joint_velocity", "max_joint_acceleration", "watchdog_s", "disable_after_s"):
+            _positive_finite(name, getattr(self, name))
         if (self.workspace_low is None) != (self.workspace_high is None):
             raise ValueError("safety.workspace_low and safety.workspace_high must be given together")
+        for name in ("workspace_low", "workspace_high"):
+            box = getattr(self, name)
+            if box is not None and (len(box) != 3 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                              and math.isfinite(x) for x in box)):
+                raise ValueError(f"safety.{name}={box!r} must be 3 finite numbers (m)")
         if self.workspace_low is not None and any(lo >= hi for lo, hi in zip(self.workspace_low, self.workspace_high,
                                                                              strict=True)):
             raise ValueError(f"safety.workspace_low {self.workspace_low} must be below workspace_high {self.workspace_high}")
-        if not 0 < self.watchdog_s <= self.disable_after_s:
-            raise ValueError(f"need 0 < safety.watchdog_s ({self.watchdog_s}) <= safety.disable_after_s "
+        if not self.watchdog_s <= self.disable_after_s:
+            raise ValueError(f"need safety.watchdog_s ({self.watchdog_s}) <= safety.disable_after_s "
                              f"({self.disable_after_s})")
 
 
@@ -55,66 +76,112 @@ class SafetySupervisor:
                  forward_kinematics: Callable[[np.ndarray], np.ndarray] | None = None):
         if cfg.workspace_low is not None and forward_kinematics is None:
             raise ValueError("a workspace box needs forward kinematics (the task's model)")
+        if not (math.isfinite(dt) and dt > 0):
+            raise ValueError(f"control period dt={dt!r} must be a finite number > 0")
         self.cfg, self.dt = cfg, dt
         self.joint_low, self.joint_high = np.asarray(joint_low, np.float64), np.asarray(joint_high, np.float64)
         self.fk = forward_kinematics
+        self.max_step = cfg.max_joint_velocity * dt
+        self.max_change = cfg.max_joint_acceleration * dt**2
         self.interventions: Counter[str] = Counter()
         self.estopped = False
+        """the latch: set by an e-stop, a watchdog disable or a control-loop fault"""
         self.estop_reason = ""
         self._last: np.ndarray | None = None
         self._prev: np.ndarray | None = None
 
+    @property
+    def latched(self) -> bool:
+        return self.estopped
+
     def reset(self, qpos: np.ndarray) -> None:
-        """Start from the measured position (a new episode). An e-stop stays latched: see ``clear_estop``."""
-        self._last = np.asarray(qpos, np.float64).copy()
+        """Start from the measured position, at rest (a new episode). The latch stays: see ``clear_estop``."""
+        qpos = np.asarray(qpos, np.float64)
+        if qpos.shape != self.joint_low.shape or not np.isfinite(qpos).all():
+            raise ValueError(f"the measured joint positions {qpos} are not {self.joint_low.shape[0]} finite numbers")
+        self._last = qpos.copy()
         self._prev = self._last.copy()
 
     def clear_estop(self) -> None:
-        """Only an operator's deliberate act re-arms the robot after an e-stop."""
+        """Only an operator's deliberate act re-arms the supervisor after an e-stop, a watchdog disable or a fault
+        (and the robot must be re-enabled by its own procedure)."""
+        if self.estopped:
+            log.warning("latch cleared by the operator (was: %s)", self.estop_reason)
         self.estopped, self.estop_reason = False, ""
+
+    def latch(self, reason: str, kind: str = "latch") -> None:
+        if not self.estopped:
+            self.estopped, self.estop_reason = True, reason
+            self._count(kind, reason)
 
     def _count(self, kind: str, detail: str) -> None:
         self.interventions[kind] += 1
         log.warning("safety intervention %s: %s", kind, detail)
 
-    def filter(self, targets: np.ndarray) -> np.ndarray:
-        """The command that may reach the robot for the policy's ``targets`` (rad)."""
+    def _check(self) -> None:
+        if self.estopped:
+            raise SafetyLatched(f"the safety supervisor is latched ({self.estop_reason}); no command is allowed")
         if self._last is None:
             raise RuntimeError("call reset(qpos) with the measured position before filtering commands")
+
+    def _braking_reach(self, distance: np.ndarray) -> np.ndarray:
+        """Largest step towards a boundary ``distance`` away after which the arm can still brake to rest before it
+        at the acceleration limit (conservative: the braking distance of a step s is at most s^2 / (2 a dt^2))."""
+        d = self.max_change
+        return d * (np.sqrt(1.0 + 2.0 * np.maximum(distance, 0.0) / d) - 1.0)
+
+    def _window(self) -> tuple[np.ndarray, np.ndarray]:
+        """[lo, hi] of the next step: velocity and acceleration limits, and room to brake before the joint limits;
+        the kinematic limits always win (from an inconsistent state an overshoot is then unavoidable)."""
+        prev = self._last - self._prev
+        acc_lo = np.maximum(-self.max_step, prev - self.max_change)
+        acc_hi = np.minimum(self.max_step, prev + self.max_change)
+        lo = np.minimum(np.maximum(acc_lo, -self._braking_reach(self._last - self.joint_low)), acc_hi)
+        hi = np.maximum(np.minimum(acc_hi, self._braking_reach(self.joint_high - self._last)), acc_lo)
+        return lo, np.maximum(hi, lo)
+
+    def _brake(self) -> np.ndarray:
+        lo, hi = self._window()
+        return self._emit(self._last + np.clip(0.0, lo, hi))
+
+    def filter(self, targets: np.ndarray) -> np.ndarray:
+        """The command that may reach the robot for the policy's ``targets`` (rad). Refuses when latched."""
+        self._check()
         targets = np.asarray(targets, np.float64)
         if targets.shape != self._last.shape or not np.isfinite(targets).all():
             self._count("nonfinite", f"rejected {targets}")
-            return self._accept(self._last.copy(), moved=False)
+            return self._brake()
         clamped = targets.clip(self.joint_low, self.joint_high)
         if not np.array_equal(clamped, targets):
             self._count("joint_limit", f"{targets} -> {clamped}")
-        step = clamped - self._last
-        max_step = self.cfg.max_joint_velocity * self.dt
-        if np.abs(step).max() > max_step:
-            self._count("velocity", f"step {np.abs(step).max():.3f} rad > {max_step:.3f}")
-            step = step.clip(-max_step, max_step)
-        prev_step = self._last - self._prev
-        max_change = self.cfg.max_joint_acceleration * self.dt**2
-        if np.abs(step - prev_step).max() > max_change:
-            self._count("acceleration", f"step change {np.abs(step - prev_step).max():.4f} rad > {max_change:.4f}")
-            step = prev_step + (step - prev_step).clip(-max_change, max_change)
-        command = (self._last + step).clip(self.joint_low, self.joint_high)
+        wanted = clamped - self._last
+        lo, hi = self._window()
+        step = wanted.clip(lo, hi)
+        if np.abs(wanted).max() > self.max_step:
+            self._count("velocity", f"step {np.abs(wanted).max():.3f} rad > {self.max_step:.3f}")
+        if not np.array_equal(step, wanted.clip(-self.max_step, self.max_step)):
+            self._count("acceleration", f"step {np.round(wanted, 4)} -> {np.round(step, 4)}")
+        command = self._last + step
         if self.cfg.workspace_low is not None:
             tcp = self.fk(command)
             if np.any(tcp < self.cfg.workspace_low) or np.any(tcp > self.cfg.workspace_high):
                 self._count("workspace", f"TCP {np.round(tcp, 3)} outside the box")
-                return self._accept(self._last.copy(), moved=False)
-        return self._accept(command, moved=True)
+                return self._brake()
+        return self._emit(command)
 
-    def _accept(self, command: np.ndarray, moved: bool) -> np.ndarray:
-        self._prev = self._last if moved else self._last.copy()
-        self._last = command
+    def stop(self) -> np.ndarray:
+        """The command of a hold tick: brake towards rest at the acceleration limit (at rest: stay). Refuses when
+        latched."""
+        self._check()
+        return self._brake()
+
+    def _emit(self, command: np.ndarray) -> np.ndarray:
+        self._prev, self._last = self._last, command
         return command.copy()
 
-    def hold_at(self, qpos: np.ndarray) -> None:
-        """The robot holds at ``qpos``: the next command starts from rest there."""
-        self._last = np.asarray(qpos, np.float64).copy()
-        self._prev = self._last.copy()
+    @property
+    def last_command(self) -> np.ndarray | None:
+        return None if self._last is None else self._last.copy()
 
     def watchdog(self, seconds_since_fresh_action: float) -> str:
         if seconds_since_fresh_action >= self.cfg.disable_after_s:
@@ -125,9 +192,7 @@ class SafetySupervisor:
 
     # ------------------------------------------------------------------ e-stop
     def estop(self, reason: str = "e-stop") -> None:
-        if not self.estopped:
-            self.estopped, self.estop_reason = True, reason
-            self._count("estop", reason)
+        self.latch(reason, kind="estop")
 
     def install_signal_estop(self, signum: int = signal.SIGUSR1) -> None:
         """``kill -USR1 <pid>`` triggers the e-stop (main thread only, as Python requires)."""
