@@ -3,11 +3,17 @@
     rlrobot deploy --robot twin --checkpoint runs/reach --episodes 20
     rlrobot deploy --robot twin --server ws://127.0.0.1:8765 --token $TOKEN --record data/twin_reach
     rlrobot deploy --robot lerobot --lerobot-port /dev/ttyACM0 --checkpoint runs/reach --target 0.18 0.05 0.08
+    rlrobot deploy --robot twin --server wss://policy-host:8765 --tls-ca server-cert.pem --token $TOKEN
+
+Safety policy: an e-stop, a watchdog disable (the server went silent for ``safety.disable_after_s``) or a fault of the
+control loop holds and disables the arm and *latches*: no further episode starts in this run, and the summary says
+why (``latched``). Re-arming is an operator's deliberate act: fix the cause and start ``rlrobot deploy`` again.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .drivers import DRIVERS, make_robot
-from .executor import ChunkExecutor, ExecutorConfig
+from .executor import ChunkExecutor, ControlLoopFault, ExecutorConfig
 from .safety import SafetyConfig, SafetySupervisor
 
 
@@ -48,6 +54,9 @@ class DeployArgs:
     """(lerobot) the task's target position in the robot base frame, m (the twin knows its own)"""
     timeout_s: float = 1.0
     """network timeout of one request to the server"""
+    tls_ca: str | None = None
+    """(wss:// servers) PEM file of the CA or self-signed certificate that the server's certificate must verify
+    against (default: the system's CAs); the host name in --server must match the certificate"""
     estop_key: bool = False
     """watch stdin: an empty line or 'e' triggers the e-stop (SIGUSR1 always does)"""
     json_out: str | None = None
@@ -63,14 +72,19 @@ class DeployArgs:
             raise ValueError(f"episodes must be >= 1, got {self.episodes}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
-
-
-def _percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"count": 0}
-    a = np.abs(np.asarray(values))
-    return {"count": len(values), "median_ms": float(np.median(a)), "p99_ms": float(np.percentile(a, 99)),
-            "max_ms": float(a.max())}
+        if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= 60):
+            raise ValueError(f"timeout_s={self.timeout_s!r} must be a number in (0, 60]")
+        if self.twin_latency_steps < 0:
+            raise ValueError(f"twin_latency_steps={self.twin_latency_steps} must be >= 0")
+        if not (math.isfinite(self.twin_obs_noise) and self.twin_obs_noise >= 0):
+            raise ValueError(f"twin_obs_noise={self.twin_obs_noise!r} must be a finite number >= 0")
+        if self.target is not None and not all(math.isfinite(x) for x in self.target):
+            raise ValueError(f"target={self.target} must be 3 finite numbers (m)")
+        if self.tls_ca is not None:
+            if self.server is None or not self.server.startswith("wss://"):
+                raise ValueError("tls_ca is for a wss:// --server (TLS)")
+            if not Path(self.tls_ca).is_file():
+                raise ValueError(f"tls_ca={self.tls_ca!r} is not a readable file")
 
 
 def run_deploy(args: DeployArgs) -> dict[str, Any]:
@@ -83,13 +97,15 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
     token = args.token or os.environ.get("RLROBOT_TOKEN")
     if args.checkpoint is not None:
         from .policy_runtime import LoadedPolicy
+        from .stats import RunningStats
 
         source = LoadedPolicy(args.checkpoint)
+        source.latencies = RunningStats(scale=1e3)  # every inference is timed: keep that bounded
         metadata = source.metadata
     else:
         from .client import PolicyClient
 
-        source = PolicyClient(args.server, token=token, timeout_s=args.timeout_s)
+        source = PolicyClient(args.server, token=token, timeout_s=args.timeout_s, tls_ca=args.tls_ca)
         metadata = source.connect()
     task, control_mode = metadata["task"], metadata["control_mode"]
     if control_mode is None:
@@ -120,19 +136,29 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
     executor = ChunkExecutor(robot, bridge, source, supervisor, args.executor, recorder)
     max_steps = args.max_steps or bridge.shadow.max_episode_steps
     episodes = []
+    fault = None
     try:
         for k in range(args.episodes):
             if k > 0 and hasattr(robot, "reset_episode"):
                 robot.reset_episode()
-            result = executor.run_episode(max_steps)
+            try:
+                result = executor.run_episode(max_steps)
+            except ControlLoopFault as e:
+                fault = e
+                if recorder is not None:
+                    recorder.discard_episode()
+                print(json.dumps({"event": "fault", "episode": k, "reason": str(e)}), flush=True)
+                break
             if recorder is not None:
                 recorder.save_episode()
             episodes.append(result)
             print(json.dumps({"episode": k, "steps": result.steps, "success": result.success, "aborted": result.aborted,
                               "abort_reason": result.abort_reason, "holds": result.holds,
+                              "late_chunks": result.late_chunks, "refused_chunks": result.refused_chunks,
                               "interventions": result.interventions}), flush=True)
             if supervisor.estopped:  # latched: no further episode starts without an operator
-                print(json.dumps({"event": "e-stop", "reason": supervisor.estop_reason}), flush=True)
+                print(json.dumps({"event": "latched", "reason": supervisor.estop_reason,
+                                  "episodes_left": args.episodes - k - 1}), flush=True)
                 break
     finally:
         executor.close()
@@ -140,22 +166,29 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
         bridge.close()
         if hasattr(source, "close"):
             source.close()
-    round_trips = [x for e in episodes for x in e.round_trip_ms]
-    if args.server is None:  # in-process: the "round trip" is the inference call itself
-        round_trips = [x * 1e3 for x in getattr(source, "latencies", [])]
+    # in-process the "round trip" is the inference call itself
+    round_trip = executor.round_trips.summary() if args.server is not None else source.latencies.summary()
     summary = {
         "task": task, "robot": args.robot, "policy": args.server or args.checkpoint, "episodes": len(episodes),
-        "success_rate": float(np.mean([bool(e.success) for e in episodes])) if episodes[0].success is not None else None,
+        "episodes_requested": args.episodes,
+        "success_rate": float(np.mean([bool(e.success) for e in episodes]))
+        if episodes and episodes[0].success is not None else None,
         "aborted": sum(e.aborted for e in episodes),
+        "latched": supervisor.estop_reason if supervisor.estopped else None,
+        "fault": str(fault) if fault is not None else None,
         "holds": sum(e.holds for e in episodes),
-        "interventions": {k: sum(e.interventions.get(k, 0) for e in episodes)
-                          for k in sorted({k for e in episodes for k in e.interventions})},
-        "round_trip": _percentiles(round_trips),
-        "control_jitter": _percentiles([x for e in episodes for x in e.jitter_ms]),
+        "late_chunks": sum(e.late_chunks for e in episodes),
+        "refused_chunks": sum(e.refused_chunks for e in episodes),
+        "interventions": dict(sorted(supervisor.interventions.items())),
+        "round_trip": round_trip,
+        "control_jitter": executor.jitter.summary(),
         "inference_failures": sum(e.inference_failures for e in episodes),
+        "dropped_frames": dict(getattr(source, "dropped", {})),
         "recorded": args.record,
     }
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=2))
     print(json.dumps({"summary": summary}), flush=True)
+    if fault is not None:  # the arm is held and disabled; say so in one line and fail the command
+        raise SystemExit(f"error: {fault}")
     return summary

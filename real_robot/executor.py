@@ -4,9 +4,17 @@ Each control tick (kept with a monotonic clock): read the robot, build the polic
 chunks that arrived, ask for the next chunk ahead of time (inference runs in a worker thread, so its latency is
 hidden behind execution), pick the action for this tick -- ACT-style temporal ensembling of every chunk that covers
 the tick (weights exp(-m i), i = 0 the oldest), or plain open-loop chunks -- map it to joint targets, pass them
-through the safety supervisor, and command the robot. No fresh chunk for ``watchdog_s`` -> hold; for
-``disable_after_s`` -> disable and abort the episode. A chunk that arrives late skips the actions whose time has
-passed.
+through the safety supervisor, and command the robot.
+
+Safety rules of the loop:
+- a policy's raw answer is validated before any mapping: finite after the cast to float32, exactly
+  ``[chunk, action_dim]`` (or ``[action_dim]``); anything else is refused (counted) and never used;
+- the watchdog is fed only by answers that are used: a chunk whose actions all lie in the past (a late answer) is
+  dropped and does not count as fresh. No fresh chunk for ``watchdog_s`` -> hold; for ``disable_after_s`` -> hold,
+  disable, abort the episode and latch the supervisor (no further episode until an operator clears it);
+- holds brake through the supervisor (acceleration-limited), so every command to the arm passes it;
+- the e-stop latch is checked immediately before every command write, not only at the top of a tick;
+- any exception in the loop ends in hold + disable + latch, then ``ControlLoopFault`` with the cause.
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .bridge import TaskBridge
-from .safety import SafetySupervisor
+from .safety import SafetyLatched, SafetySupervisor
+from .stats import RunningStats
 
 log = logging.getLogger("rlrobot.executor")
 
@@ -40,8 +49,15 @@ class ExecutorConfig:
     def __post_init__(self):
         if self.mode not in EXECUTION_MODES:
             raise ValueError(f"executor.mode={self.mode!r} is not one of {EXECUTION_MODES}")
-        if self.ensemble_decay < 0:
-            raise ValueError(f"executor.ensemble_decay must be >= 0, got {self.ensemble_decay}")
+        if not (math.isfinite(self.ensemble_decay) and self.ensemble_decay >= 0):
+            raise ValueError(f"executor.ensemble_decay={self.ensemble_decay!r} must be a finite number >= 0")
+
+
+class ControlLoopFault(RuntimeError):
+    """The control loop failed; the arm was held and disabled and the supervisor latched before this was raised."""
+
+
+MAX_CHUNK = 1024
 
 
 class InferenceWorker:
@@ -52,7 +68,7 @@ class InferenceWorker:
         self.results: queue.Queue = queue.Queue()
         self._requests: queue.Queue = queue.Queue()
         self.busy = False
-        self.round_trips: list[float] = []
+        self.round_trips = RunningStats(scale=1e3)  # ms, bounded
         self.failures = 0
         self._thread = threading.Thread(target=self._run, daemon=True, name="inference")
         self._thread.start()
@@ -65,9 +81,7 @@ class InferenceWorker:
             step, obs = item
             start = time.perf_counter()
             try:
-                chunk = np.asarray(self.source.infer(obs), np.float32)
-                if chunk.ndim == 1:
-                    chunk = chunk[None]
+                chunk = self.source.infer(obs)
                 self.round_trips.append(time.perf_counter() - start)
                 self.results.put((step, chunk, None))
             except Exception as e:  # server gone, timeout, bad reply: the executor holds and the watchdog counts
@@ -101,12 +115,19 @@ class EpisodeResult:
     steps: int = 0
     aborted: bool = False
     abort_reason: str = ""
+    latched: bool = False
+    """the supervisor is latched after this episode (e-stop, watchdog disable, fault): no episode runs until an
+    operator clears it"""
     success: bool | None = None
     holds: int = 0
     fresh_chunks: int = 0
+    late_chunks: int = 0
+    """answers that arrived after all their actions' time had passed: dropped, and not counted as fresh"""
+    refused_chunks: int = 0
+    """answers refused before any mapping (non-finite, wrong shape)"""
     inference_failures: int = 0
-    round_trip_ms: list[float] = field(default_factory=list)
-    jitter_ms: list[float] = field(default_factory=list)
+    round_trip: dict[str, float] = field(default_factory=dict)
+    jitter: dict[str, float] = field(default_factory=dict)
     interventions: dict[str, int] = field(default_factory=dict)
     first_hold_after_last_chunk_s: float | None = None
 
@@ -119,6 +140,10 @@ class ChunkExecutor:
         self.recorder = recorder
         self.worker = InferenceWorker(source)
         self.dt = 1.0 / robot.control_rate_hz
+        metadata = getattr(source, "metadata", None) or {}
+        self.max_chunk = int(metadata.get("chunk_size") or MAX_CHUNK)
+        self.round_trips = self.worker.round_trips
+        self.jitter = RunningStats(scale=1e3)  # ms, over every episode, bounded
 
     def _pick(self, chunks: list[tuple[int, np.ndarray]], t: int) -> np.ndarray | None:
         covering = [(start, chunk[t - start]) for start, chunk in chunks if start <= t < start + len(chunk)]
@@ -136,33 +161,113 @@ class ChunkExecutor:
         start, chunk = chunks[-1]
         return start + len(chunk) - t <= latency_steps  # re-plan so that the next chunk lands before this one ends
 
+    def validate_chunk(self, raw) -> tuple[np.ndarray | None, str]:
+        """(chunk [k, action_dim] float32, "") for a usable raw policy answer, else (None, why)."""
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                chunk = np.asarray(raw, dtype=np.float32)  # the cast first: float64 1e300 becomes inf here
+        except (TypeError, ValueError) as e:
+            return None, f"not a numeric array ({type(e).__name__})"
+        if chunk.ndim == 1:
+            chunk = chunk[None]
+        dim = self.bridge.action_dim
+        if chunk.ndim != 2 or chunk.shape[1] != dim or not 1 <= chunk.shape[0] <= self.max_chunk:
+            return None, f"shape {chunk.shape} is not [1..{self.max_chunk}, {dim}]"
+        if not np.isfinite(chunk).all():
+            return None, "NaN or Inf (after the cast to float32)"
+        return chunk, ""
+
+    def _take(self, answer, chunks, result: EpisodeResult, t: int, last_fresh: float) -> float:
+        """Keep a usable answer; the watchdog is fed (the returned time) only by an answer that will be used."""
+        step, raw, error = answer
+        if error is not None:
+            return last_fresh
+        chunk, why = self.validate_chunk(raw)
+        if chunk is None:
+            result.refused_chunks += 1
+            self.supervisor._count("nonfinite" if why.startswith("NaN") else "bad_action", f"refused a policy answer: {why}")
+            return last_fresh
+        if step + len(chunk) <= t:  # every action of it is in the past
+            result.late_chunks += 1
+            return last_fresh
+        chunks.append((step, chunk))
+        result.fresh_chunks += 1
+        return time.monotonic()
+
+    def _write(self, kind: str, command: np.ndarray) -> None:
+        """Every command write: the latch is checked immediately before it."""
+        if self.supervisor.estopped:
+            raise SafetyLatched(self.supervisor.estop_reason)
+        if kind == "act":
+            self.robot.act(command)
+        else:
+            self.robot.hold(command)
+
+    def _emergency_stop(self) -> None:
+        """Hold where the arm is, then torque off; each step is tried even if the other fails."""
+        for what in ("hold", "disable"):
+            try:
+                getattr(self.robot, what)()
+            except Exception as e:  # keep going: disabling matters most
+                log.error("emergency %s failed: %s: %s", what, type(e).__name__, e)
+
     def run_episode(self, max_steps: int, instruction: str | None = None) -> EpisodeResult:
-        robot, sup, worker, cfg = self.robot, self.supervisor, self.worker, self.cfg
+        sup, worker = self.supervisor, self.worker
         result = EpisodeResult()
-        interventions_before = dict(sup.interventions)
-        round_trips_before, failures_before = len(worker.round_trips), worker.failures
+        if sup.estopped:  # latched: nothing moves until an operator clears it (SafetySupervisor.clear_estop)
+            result.aborted, result.latched = True, True
+            result.abort_reason = f"latched: {sup.estop_reason} (an operator must clear it and re-enable the robot)"
+            return result
+        interventions_before, failures_before = dict(sup.interventions), worker.failures
+        episode_round_trips, episode_jitter = RunningStats(), RunningStats(scale=1e3)  # worker round trips are in ms
+        try:
+            self._loop(max_steps, instruction, result, episode_round_trips, episode_jitter)
+        except SafetyLatched:  # the e-stop arrived between the top of the tick and a command write
+            self._emergency_stop()
+            result.aborted, result.abort_reason = True, f"e-stop ({sup.estop_reason})"
+        except BaseException as e:
+            self._emergency_stop()
+            sup.latch(f"control-loop fault: {type(e).__name__}: {e}", kind="fault")
+            if not isinstance(e, Exception):  # KeyboardInterrupt, SystemExit: stopped safely, now let it through
+                raise
+            raise ControlLoopFault(f"control loop failed at step {result.steps}: {type(e).__name__}: {e}; the arm was "
+                                   f"held and disabled and the supervisor latched") from e
+        result.latched = sup.estopped
+        result.inference_failures = worker.failures - failures_before
+        result.round_trip = episode_round_trips.summary()
+        result.jitter = episode_jitter.summary()
+        result.interventions = {k: v - interventions_before.get(k, 0) for k, v in sup.interventions.items()
+                                if v - interventions_before.get(k, 0) > 0}
+        if hasattr(self.robot, "success"):
+            result.success = self.robot.success()
+        return result
+
+    def _loop(self, max_steps: int, instruction: str | None, result: EpisodeResult, round_trips: RunningStats,
+              jitter: RunningStats) -> None:
+        robot, sup, worker, cfg = self.robot, self.supervisor, self.worker, self.cfg
         reading = robot.observe()
         sup.reset(reading["qpos"])
-        last_command = np.asarray(reading["qpos"], np.float64).copy()
         chunks: list[tuple[int, np.ndarray]] = []
         while worker.poll() is not None:  # drop answers to a previous episode's requests
             pass
+        seen_round_trips = worker.round_trips.count
         last_fresh = time.monotonic()
         next_tick = time.monotonic()
         for t in range(max_steps):
             tick_start = time.monotonic()
             if cfg.realtime:
-                result.jitter_ms.append((tick_start - next_tick) * 1e3)
+                jitter.append(tick_start - next_tick)
+                self.jitter.append(tick_start - next_tick)
             if sup.estopped:
-                robot.hold()
-                robot.disable()
+                self._emergency_stop()
                 result.aborted, result.abort_reason = True, f"e-stop ({sup.estop_reason})"
-                break
+                return
             reading = robot.observe()
             obs = self.bridge.observation(reading)
             while (answer := worker.poll()) is not None:
-                last_fresh = self._take(answer, chunks, result, last_fresh)
-            median_rt = float(np.median(worker.round_trips[-20:])) if worker.round_trips else 0.0
+                last_fresh = self._take(answer, chunks, result, t, last_fresh)
+            recent = worker.round_trips.last(20)
+            median_rt = float(np.median(recent)) / 1e3 if recent else 0.0
             if not worker.busy and self._needs_request(chunks, t, 1 + math.ceil(median_rt / self.dt)):
                 worker.submit(t, obs)
             action = self._pick(chunks, t)
@@ -171,32 +276,34 @@ class ChunkExecutor:
                 while action is None and worker.busy and (wait := deadline - time.monotonic()) > 0:
                     answer = worker.poll(timeout=wait)
                     if answer is not None:
-                        last_fresh = self._take(answer, chunks, result, last_fresh)
+                        last_fresh = self._take(answer, chunks, result, t, last_fresh)
                         action = self._pick(chunks, t)
+            if worker.round_trips.count > seen_round_trips:
+                round_trips.extend(worker.round_trips.last(worker.round_trips.count - seen_round_trips))
+                seen_round_trips = worker.round_trips.count
             since_fresh = time.monotonic() - last_fresh
             state = sup.watchdog(since_fresh)
             if state == "disable":
-                robot.hold()
-                robot.disable()
-                sup._count("watchdog_disable", f"no fresh action for {since_fresh:.2f} s")
-                result.aborted, result.abort_reason = True, f"watchdog: no fresh action for {since_fresh:.2f} s"
-                break
+                self._emergency_stop()
+                reason = f"watchdog: no fresh action for {since_fresh:.2f} s"
+                sup.latch(reason, kind="watchdog_disable")
+                result.aborted, result.abort_reason = True, reason
+                return
             if action is None or state == "hold":
                 if state == "hold" and result.first_hold_after_last_chunk_s is None:
                     result.first_hold_after_last_chunk_s = since_fresh
-                robot.hold()
-                sup.hold_at(reading["qpos"])
-                last_command = np.asarray(reading["qpos"], np.float64).copy()
+                command = sup.stop()  # brake at the acceleration limit, then stay
+                self._write("hold", command)
                 result.holds += 1
-                command = None
+                held = True
             else:
-                targets = self.bridge.joint_targets(action, reading, last_command)
+                targets = self.bridge.joint_targets(action, reading, sup.last_command)
                 command = sup.filter(targets)
-                robot.act(command)
-                last_command = command
+                self._write("act", command)
+                held = False
             if self.recorder is not None:
-                self.recorder.add_frame(reading, obs, action, command, instruction or self.bridge.instruction,
-                                        sum(sup.interventions.values()))
+                self.recorder.add_frame(reading, obs, None if held else action, command,
+                                        instruction or self.bridge.instruction, sum(sup.interventions.values()), held=held)
             chunks[:] = [(s, c) for s, c in chunks if s + len(c) > t + 1]
             result.steps = t + 1
             next_tick += self.dt
@@ -206,22 +313,6 @@ class ChunkExecutor:
                     time.sleep(delay)
                 else:
                     next_tick = time.monotonic()  # overran: do not try to catch up with a burst of commands
-        result.round_trip_ms = [x * 1e3 for x in worker.round_trips[round_trips_before:]]
-        result.inference_failures = worker.failures - failures_before
-        result.interventions = {k: v - interventions_before.get(k, 0) for k, v in sup.interventions.items()
-                                if v - interventions_before.get(k, 0) > 0}
-        if hasattr(robot, "success"):
-            result.success = robot.success()
-        return result
-
-    @staticmethod
-    def _take(answer, chunks, result: EpisodeResult, last_fresh: float) -> float:
-        step, chunk, error = answer
-        if error is not None:
-            return last_fresh
-        chunks.append((step, chunk))
-        result.fresh_chunks += 1
-        return time.monotonic()
 
     def close(self) -> None:
         self.worker.close()

@@ -32,8 +32,9 @@ class Robot(Protocol):
         """Command joint position targets (rad); the safety supervisor has already checked them."""
         ...
 
-    def hold(self) -> None:
-        """Stop where the arm is: command the current measured position."""
+    def hold(self, at: np.ndarray | None = None) -> None:
+        """Hold: command ``at`` (the supervisor's braking command, rad), or with no argument (an emergency stop) the
+        current measured position."""
         ...
 
     def disable(self) -> None:

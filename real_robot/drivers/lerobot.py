@@ -113,7 +113,10 @@ class LeRobotArm:
     def act(self, joint_targets: np.ndarray) -> None:
         self._robot.send_action(self.to_action(np.asarray(joint_targets, np.float64)))
 
-    def hold(self) -> None:
+    def hold(self, at: np.ndarray | None = None) -> None:
+        if at is not None:
+            self._robot.send_action(self.to_action(np.asarray(at, np.float64)))
+            return
         if self._last_qpos is None:
             self.observe()
         self._robot.send_action(self.to_action(self._last_qpos))

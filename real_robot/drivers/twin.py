@@ -10,6 +10,7 @@ The twin advances one control period per command (``act`` or ``hold``); the chun
 from __future__ import annotations
 
 import collections
+import math
 import time
 from typing import Any
 
@@ -26,9 +27,13 @@ class TwinRobot:
     joint_high = JOINT_HIGH
 
     def __init__(self, task: str = "so101-reach", seed: int = 0, latency_steps: int = 0, obs_noise_std: float = 0.0,
-                 cameras: bool = False):
-        if latency_steps < 0 or obs_noise_std < 0:
-            raise ValueError("latency_steps and obs_noise_std must be >= 0")
+                 cameras: bool = False, command_log: int = 10_000):
+        if isinstance(latency_steps, bool) or not isinstance(latency_steps, int) or latency_steps < 0:
+            raise ValueError(f"twin latency_steps={latency_steps!r} must be an integer >= 0")
+        if not (math.isfinite(obs_noise_std) and obs_noise_std >= 0):
+            raise ValueError(f"twin obs_noise_std={obs_noise_std!r} must be a finite number >= 0")
+        if command_log < 1:
+            raise ValueError(f"twin command_log={command_log!r} must be >= 1")
         self.task, self.seed = task, seed
         self.latency_steps, self.obs_noise_std, self.cameras = latency_steps, obs_noise_std, cameras
         self.env = None
@@ -37,7 +42,8 @@ class TwinRobot:
         self.holding = False
         self.disabled = False
         self.hold_started: float | None = None
-        self.commands: list[tuple[float, str, np.ndarray]] = []  # (monotonic time, kind, targets), for tests
+        # (monotonic time, kind, targets) of the last ``command_log`` commands, for tests: bounded for long runs
+        self.commands: collections.deque[tuple[float, str, np.ndarray]] = collections.deque(maxlen=command_log)
         self._pending: collections.deque[np.ndarray] = collections.deque()
 
     @property
@@ -84,10 +90,13 @@ class TwinRobot:
         self.holding, self.hold_started = False, None
         self._step(targets, "act")
 
-    def hold(self) -> None:
+    def hold(self, at: np.ndarray | None = None) -> None:
         if not self.holding:
             self.holding, self.hold_started = True, time.monotonic()
-        self._step(self.env.qpos[0, :6].copy(), "hold")
+        targets = self.env.qpos[0, :6].copy() if at is None else np.asarray(at, np.float64)
+        if targets.shape != (6,) or not np.isfinite(targets).all():
+            raise ValueError(f"hold targets must be 6 finite radians, got {targets}")
+        self._step(targets, "hold")
 
     def disable(self) -> None:
         self.disabled = True

@@ -89,7 +89,7 @@ def test_estop_mid_episode_holds_disables_and_stays_latched(expert_checkpoint):
     executor = ChunkExecutor(twin, bridge, PressesEstop(), sup, ExecutorConfig(realtime=False))
     result = executor.run_episode(50)
     assert result.aborted and "e-stop (operator)" in result.abort_reason and result.steps <= 11
-    assert [kind for _, kind, _ in twin.commands[-2:]] == ["hold", "disable"] and twin.disabled
+    assert [kind for _, kind, _ in list(twin.commands)[-2:]] == ["hold", "disable"] and twin.disabled
     twin.reset_episode()
     assert executor.run_episode(5).aborted  # latched until an operator clears it
     sup.clear_estop()
