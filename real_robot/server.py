@@ -202,8 +202,10 @@ class PolicyServer:
         connection.protocol.max_message_size = protocol.HANDSHAKE_MAX_FRAME_BYTES
 
     def _release(self, connection) -> None:
-        self.open.discard(connection)
-        self.pending.pop(connection, None)
+        if connection in self.open:
+            self.open.discard(connection)
+            if self.pending.pop(connection, None) is not None:
+                self.counts["closed_unauthenticated"] += 1  # hello deadline, websocket open_timeout, refused hello
 
     def _authenticated(self, connection) -> None:
         self.pending.pop(connection, None)
