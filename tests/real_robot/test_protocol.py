@@ -59,3 +59,39 @@ def test_array_headers_are_checked_and_objects_refused():
         decode(bytes(32) + msgpack.packb(bad, use_bin_type=True), None)
     with pytest.raises(TypeError, match="cannot be sent"):
         encode(message("infer", 1, obs=np.array([object()])), None)
+
+
+def test_version_and_seq_types_are_strict():
+    """Issue 14 item 5: 2.0 / True as the version and True as the seq are refused (bool is an int in Python)."""
+    for version in (2.0, True, "2", None):
+        with pytest.raises(ProtocolError) as e:
+            decode(encode({"type": "hello", "version": version, "seq": 1}, SECRET), SECRET)
+        assert e.value.code == "version"
+    for seq in (True, 1.0, -1, None):
+        with pytest.raises(ProtocolError, match="integer 'seq'"):
+            decode(encode({"type": "hello", "version": protocol.PROTOCOL_VERSION, "seq": seq}, SECRET), SECRET)
+
+
+def test_decoder_limits_refuse_bombs_before_building_them():
+    """Issue 14 item 3 at the unit level: every length, the container count and the depth are capped."""
+    head = {"type": "infer", "version": protocol.PROTOCOL_VERSION, "seq": 1}
+    cases = {
+        "max_array_len": msgpack.packb({**head, "obs": [0] * 65}),
+        "max_map_len": msgpack.packb({**head, "obs": {f"k{i}": 0 for i in range(65)}}),
+        "max_str_len": msgpack.packb({**head, "obs": "x" * 5000}),
+        "maps / arrays": msgpack.packb({**head, "obs": [[[] for _ in range(40)] for _ in range(40)]}),
+        "deeper than": msgpack.packb({**head, "obs": [[[[[[[[[0]]]]]]]]]}),
+        "max_ext_len": msgpack.packb({**head, "obs": msgpack.ExtType(1, b"x")}),
+        "at most 8": msgpack.packb({**head, "obs": {"__ndarray__": True, "dtype": "<f4", "shape": [1] * 9,
+                                                    "data": bytes(4)}}),
+        "exactly the keys": msgpack.packb({**head, "obs": {"__ndarray__": True, "dtype": "<f4", "shape": [1],
+                                                           "data": bytes(4), "extra": 1}}),
+        "bytes after": msgpack.packb(head) + b"\x00",
+    }
+    for what, body in cases.items():
+        with pytest.raises(ProtocolError, match="malformed") as e:
+            decode(protocol.tag(SECRET, body) + body, SECRET)
+        assert what in e.value.message, (what, e.value.message)
+    shape = {**head, "obs": {"__ndarray__": True, "dtype": "<f4", "shape": [2**62, 4, 0], "data": b""}}
+    with pytest.raises(ProtocolError, match="malformed"):  # exact arithmetic (no int64 wrap-around), then refused
+        decode(encode(shape, SECRET), SECRET)
