@@ -60,7 +60,7 @@ def test_train_resume_eval_round_trip(tmp_path):
     (["--algo", "sac", "--sac.utd", "0"], "sac.utd must be > 0"),
     (["--algo", "sac", "--sac.batch-size", "100000"], "larger than the replay contents at learning start"),
     (["--algo", "sac", "--sac.buffer-size", "8"], "smaller than num_envs"),
-    (["--algo", "sac", "--sac.actor-q", "max"], "actor_q"),
+    (["--algo", "sac", "--sac.actor-q", "max"], "invalid choice 'max'"),
 ])
 def test_bad_input_is_rejected_before_compute(tmp_path, args, message):
     p = rlrobot("train", "--out", str(tmp_path / "x"), *args, check=False)
