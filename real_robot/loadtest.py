@@ -5,6 +5,12 @@
 
 With ``--checkpoint`` it starts its own server on 127.0.0.1 (a random port) and stops it afterwards. Prints one JSON
 line per client count: requests per second over all clients, and p50 / p99 / max latency of one request in ms.
+
+    python -m rlrobot.real_robot.loadtest --checkpoint runs/reach --attack bomb idle --seconds 5
+
+``--attack`` instead runs one good client at 20 Hz while an attacker (with the token: the worst case) sends signed
+8 MiB frames of 8M empty maps back to back (``bomb``), or 500 idle TCP connections are held open (``idle``), and
+reports the good client's latency and whether every answer was identical to the one before the attack.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import msgpack
 import numpy as np
 
 
@@ -31,6 +38,8 @@ class LoadTestArgs:
     clients: tuple[int, ...] = (1, 8, 32)
     seconds: float = 5.0
     """duration of each load level"""
+    attack: tuple[str, ...] = ()
+    """bomb | idle: measure one good 20 Hz client under these attacks instead of the closed-loop levels"""
 
 
 def observation(metadata: dict) -> dict[str, np.ndarray]:
@@ -95,6 +104,78 @@ def closed_loop(url: str, token: str | None, n_clients: int, seconds: float) -> 
             "max_ms": round(float(lat.max()), 2) if lat.size else None}
 
 
+ATTACKS = ("bomb", "idle")
+
+
+def _bomb_loop(url: str, token: str, stop: threading.Event, sent: list[int]) -> None:
+    from websockets.sync.client import connect
+
+    from . import protocol
+
+    n = protocol.DEFAULT_MAX_FRAME_BYTES - 4096
+    with connect(url, max_size=None, compression=None, open_timeout=5) as ws:
+        challenge = protocol.decode_unsigned(ws.recv(timeout=5))
+        client_nonce = protocol.new_nonce()
+        keys = protocol.session_keys(token.encode(), challenge["nonce"], client_nonce)
+        ws.send(protocol.encode(protocol.message("hello", 1, nonce=client_nonce),
+                                protocol.hello_key(token.encode(), challenge["nonce"])))
+        ws.recv(timeout=5)
+        seq = 1
+        while not stop.is_set() and sent[0] < 10_000:
+            seq += 1
+            body = (b"\x84" + b"".join(msgpack.packb(x) for x in ("type", "infer", "version", protocol.PROTOCOL_VERSION,
+                                                                  "seq", seq, "obs")) + b"\xdd" + n.to_bytes(4, "big")
+                    + b"\x80" * n)
+            ws.send(protocol.tag(keys[protocol.C2S], body) + body)
+            ws.recv(timeout=30)  # the server's error frame; the refused frame does not advance its seq
+            seq -= 1
+            sent[0] += 1
+
+
+def under_attack(url: str, token: str, attack: str, seconds: float) -> dict:
+    import socket
+
+    from .client import PolicyClient
+
+    client = PolicyClient(url, token=token, timeout_s=5.0)
+    obs = observation(client.connect())
+    reference = client.infer(obs)
+    stop, sent, socks = threading.Event(), [0], []
+    attacker = None
+    host, port = url.split("://")[1].rsplit(":", 1)
+    if attack == "bomb":
+        attacker = threading.Thread(target=_bomb_loop, args=(url, token, stop, sent), daemon=True)
+        attacker.start()
+    else:
+        for _ in range(500):
+            try:
+                socks.append(socket.create_connection((host, int(port)), timeout=2))
+            except OSError:
+                break
+        sent[0] = len(socks)
+    latencies, mismatches, errors = [], 0, 0
+    end = time.perf_counter() + seconds
+    next_t = time.perf_counter()
+    while (start := time.perf_counter()) < end:
+        try:
+            mismatches += not np.array_equal(client.infer(obs), reference)
+            latencies.append(time.perf_counter() - start)
+        except Exception:
+            errors += 1
+        next_t += 0.05
+        time.sleep(max(0.0, next_t - time.perf_counter()))
+    stop.set()
+    if attacker is not None:
+        attacker.join(35)
+    for s in socks:
+        s.close()
+    client.close()
+    lat = np.asarray(latencies) * 1e3
+    return {"attack": attack, "attack_units": sent[0], "good_requests": int(lat.size), "mismatches": mismatches,
+            "errors": errors, "p50_ms": round(float(np.percentile(lat, 50)), 2),
+            "p99_ms": round(float(np.percentile(lat, 99)), 2), "max_ms": round(float(lat.max()), 2)}
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     import tyro
 
@@ -103,6 +184,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         raise SystemExit("error: give exactly one of --checkpoint (start a server) or --url")
     if any(n < 1 for n in args.clients) or not 0 < args.seconds < 3600:
         raise SystemExit("error: --clients must be >= 1 and --seconds in (0, 3600)")
+    if any(a not in ATTACKS for a in args.attack):
+        raise SystemExit(f"error: --attack must be among {ATTACKS}, got {args.attack}")
+    if args.attack and args.checkpoint is None and args.token is None:
+        raise SystemExit("error: --attack needs --token (the bomb attacker signs its frames)")
     proc = None
     token = args.token
     url = args.url
@@ -111,7 +196,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         proc, url = start_server(args.checkpoint, token)
     results = []
     try:
-        for n in args.clients:
+        for attack in args.attack:
+            results.append(under_attack(url, token, attack, args.seconds))
+            print(json.dumps(results[-1]), flush=True)
+        for n in () if args.attack else args.clients:
             results.append(closed_loop(url, token, n, args.seconds))
             print(json.dumps(results[-1]), flush=True)
     finally:

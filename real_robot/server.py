@@ -61,7 +61,7 @@ class ServeArgs:
     """largest frame accepted after authentication (1 KiB .. 256 MiB)"""
     max_connections: int = 64
     """open TCP connections at most; more are closed at once"""
-    max_unauthenticated: int = 16
+    max_unauthenticated: int = 32
     """connections that have not yet sent an authenticated hello, at most (the oldest is closed for a new one)"""
     hello_timeout_s: float = 5.0
     """a connection that has not authenticated this long after it was accepted is closed"""
@@ -153,7 +153,7 @@ def install_log_rate_limit(burst: int = 5, window_s: float = 10.0) -> RateLimitF
 
 class PolicyServer:
     def __init__(self, policy, secret: bytes | None, max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES,
-                 max_connections: int = 64, max_unauthenticated: int = 16, hello_timeout_s: float = 5.0):
+                 max_connections: int = 64, max_unauthenticated: int = 32, hello_timeout_s: float = 5.0):
         self.policy, self.secret, self.max_frame_bytes = policy, secret, max_frame_bytes
         self.max_connections, self.max_unauthenticated = max_connections, max_unauthenticated
         self.hello_timeout_s = hello_timeout_s
