@@ -6,8 +6,9 @@ Panels, each drawn only when one of its series was measured at least once:
 
 - return: ``train/return`` (line) and ``eval/return_mean`` (markers);
 - success: ``train/success`` and ``eval/success_rate``;
-- one panel per group of ``loss/*`` keys (policy loss, value loss, update size, entropy / temperature, Q values,
-  learning rate); any other ``loss/*`` key gets a panel of its own.
+- one panel per group of ``loss/*`` keys (``LOSS_GROUPS``: flow-matching loss, policy loss, value loss, update size,
+  exploration: entropy, action std and SAC's temperature, Q values, learning rate); any other ``loss/*`` key gets a
+  panel of its own.
 
 A series keeps one colour in every panel (train is always blue, eval orange and drawn as markers on a dashed line).
 Rows of iterations that a resume went back past (the step decreases) are dropped, so the curve never runs back in time.
@@ -40,7 +41,7 @@ LOSS_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("policy loss", ("policy_loss", "actor_loss")),
     ("value loss", ("value_loss", "critic_loss")),
     ("update size", ("kl", "approx_kl", "clip_fraction", "first_ratio_max_deviation")),
-    ("entropy / temperature", ("entropy", "alpha", "alpha_loss")),
+    ("exploration", ("entropy", "action_std", "alpha", "alpha_loss")),
     ("Q values", ("q_mean",)),
     ("learning rate", ("lr",)),
 )

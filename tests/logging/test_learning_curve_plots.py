@@ -24,7 +24,7 @@ def _ppo_rows():
         step = i * 16_000
         row = {"env_steps": step, "perf/env_steps_per_s": 5000.0, "time/wall": float(i),
                "loss/policy_loss": -0.01 * i, "loss/value_loss": 1.0 / i, "loss/entropy": 2.0 - 0.01 * i,
-               "loss/kl": 0.01, "loss/clip_fraction": 0.1}
+               "loss/kl": 0.01, "loss/clip_fraction": 0.1, "loss/lr": 1e-3, "loss/action_std": 1.0 - 0.005 * i}
         if i >= 3:  # no episode finished in the first two iterations: nothing measured, nothing logged
             row.update({"train/return": 0.1 * i, "train/success": i / 100})
         rows.append(row)
@@ -69,7 +69,7 @@ def test_ppo_curve(tmp_path):
     fig = learning_curve_figure(read_metrics(metrics), title="so101-lift")
     try:
         axes = _axes(fig)
-        assert list(axes) == ["return", "success", "policy loss", "value loss", "update size", "entropy / temperature"]
+        assert list(axes) == ["return", "success", "policy loss", "value loss", "update size", "exploration", "learning rate"]
         ticks = _xticks(fig, axes["return"])
         assert "1.2M" in ticks and "400k" in ticks, ticks
         assert all(ax.get_xlabel() == "env steps" for ax in axes.values())
@@ -85,7 +85,7 @@ def test_ppo_curve(tmp_path):
         assert train_line.get_xdata()[0] == 48_000
         # every loss/* key plotted, each in one panel, all colours distinct
         loss_labels = [li.get_label() for t, ax in axes.items() if t not in ("return", "success") for li in ax.get_lines()]
-        assert sorted(loss_labels) == ["clip_fraction", "entropy", "kl", "policy_loss", "value_loss"]
+        assert sorted(loss_labels) == ["action_std", "clip_fraction", "entropy", "kl", "lr", "policy_loss", "value_loss"]
         all_colors = {label: c for ax in axes.values() for label, c in _colors(ax).items()}
         assert len(set(all_colors.values())) == len(all_colors)
     finally:
