@@ -4,4 +4,4 @@ from rlrobot.algorithms.ppo import PPOConfig
 from rlrobot.config import train_config
 
 CONFIG = train_config("ppo", task="so101-reach", num_envs=128, total_steps=500_000,
-                      ppo=PPOConfig(rollout_steps=24), eval_every=0, eval_episodes=64)
+                      ppo=PPOConfig(rollout_steps=24), eval_episodes=64)

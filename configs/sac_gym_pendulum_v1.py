@@ -9,4 +9,4 @@ CONFIG = train_config("sac", task="gym:Pendulum-v1", num_envs=4, total_steps=20_
                                     buffer_size=100_000),
                       policy=SACPolicyConfig(actor_hidden=(128, 128), critic_hidden=(128, 128), activation="relu",
                                             normalize_obs=False),
-                      checkpoint_every=50, eval_every=0, eval_envs=8, eval_episodes=8, video=False)
+                      checkpoint_every=50, eval_envs=8, eval_episodes=8, video=False)

@@ -6,5 +6,5 @@ The training env is only used for its spaces; evaluation runs eval_envs envs at 
 from rlrobot.algorithms.sft import SFTConfig
 from rlrobot.config import train_config
 
-CONFIG = train_config("sft", task="so101-lift", num_envs=1, sft=SFTConfig(num_updates=2000), eval_every=0,
+CONFIG = train_config("sft", task="so101-lift", num_envs=1, sft=SFTConfig(num_updates=2000),
                       eval_episodes=64, checkpoint_every=10)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,19 @@ from rich.console import Console
 from rich.table import Table
 
 console = Console()
-COMMANDS = ("train", "eval", "collect", "list-tasks", "list-algos", "bench", "serve", "deploy")
+COMMANDS = {
+    "train": "train a policy (rlrobot train --algo X --help: the options of algorithm X)",
+    "eval": "evaluate a checkpoint or run directory in its task",
+    "collect": "record scripted-expert demonstrations as a LeRobotDataset",
+    "list-tasks": "the tasks with their spaces and modes",
+    "list-algos": "the registered algorithms and the policy each trains",
+    "bench": "physics vs VecEnv vs training throughput, baselines measured in the same run",
+    "serve": "serve a policy over an authenticated websocket",
+    "deploy": "run a policy on a robot (twin or LeRobot) through the safety supervisor",
+}
+USAGE = ("usage: rlrobot <command> [options]       rlrobot <command> --help for its options\n\ncommands:\n"
+         + "".join(f"  {name:<12} {what}\n" for name, what in COMMANDS.items())
+         + "\n  -V, --version  print the version")
 
 
 def _preset_from_argv(argv: list[str]):
@@ -34,6 +47,7 @@ def train(argv: list[str]) -> dict:
     from rlrobot.algorithms.registry import algorithm_spec
     from rlrobot.config import config_class
 
+    argv = _normalise_numbers(argv)
     default = _preset_from_argv(argv)
     spec = algorithm_spec(default.algo)
     cfg = tyro.cli(config_class(default.algo), default=default, args=argv, prog=f"rlrobot train --algo {spec.name}",
@@ -41,49 +55,126 @@ def train(argv: list[str]) -> dict:
                                "for each --task / --algo pair; other algorithms: rlrobot list-algos.")
     if cfg.resume:
         cfg = _resume_config(cfg, argv)
+    elif _given(argv, "total_steps") and cfg.steps_per_iteration() == 0:
+        raise ValueError(f"--total-steps does not apply to algo={cfg.algo!r}, which does not step the env; "
+                         f"its budget is --{cfg.spec.config_field.replace('_', '-')}.num-updates")
     cfg.prepare()
     from rlrobot.runners.base import make_runner
 
     summary = make_runner(cfg).learn()
+    if summary.get("interrupted"):
+        console.print(f"[yellow]interrupted[/] at iteration {summary['iteration']:,} ({summary['log_step']:,} "
+                      f"{summary['x_label']}); checkpoint {summary['checkpoint']}", soft_wrap=True)
+        console.print(f"  resume with:    {summary['resume_command']}", soft_wrap=True)
+        return summary
     if "eval" not in summary:  # a rank other than 0 of a distributed run: rank 0 reports
         return summary
     ev = summary["eval"]
-    console.print(f"[bold green]done[/] {summary['env_steps']:,} env steps in {summary['train_wall_time_s']:.0f} s; "
+    console.print(f"[bold green]done[/] {summary['log_step']:,} {summary['x_label']} in {summary['train_wall_time_s']:.0f} s; "
                   f"eval success {ev.get('success_rate', 0):.3f}, return {ev.get('return_mean', 0):.2f} "
-                  f"over {ev.get('episodes', 0)} episodes")
-    console.print(f"  run dir:        {summary['run_dir']}")
-    console.print(f"  checkpoint:     {summary['checkpoint']}")
-    console.print(f"  learning curve: {summary['learning_curve']}")
+                  f"over {ev.get('episodes', 0)} episodes", soft_wrap=True)
+    console.print(f"  run dir:        {summary['run_dir']}", soft_wrap=True)
+    console.print(f"  checkpoint:     {summary['checkpoint']}", soft_wrap=True)
+    console.print(f"  learning curve: {summary['learning_curve']}", soft_wrap=True)
     if "video" in ev:
-        console.print(f"  eval video:     {ev['video']}")
-    console.print(f"  eval results:   {summary['run_dir']}/eval.json")
+        console.print(f"  eval video:     {ev['video']}", soft_wrap=True)
+    console.print(f"  eval results:   {summary['run_dir']}/eval.json", soft_wrap=True)
     return summary
 
 
+_SCIENTIFIC = re.compile(r"^[0-9]+(\.[0-9]+)?[eE]\+?[0-9]+$")
+
+
+def _normalise_numbers(argv: list[str]) -> list[str]:
+    """``--total-steps 1e5`` -> ``100000``: scientific notation for whole numbers, which int flags do not parse."""
+    out = []
+    for i, token in enumerate(argv):
+        if i > 0 and argv[i - 1].startswith("--") and _SCIENTIFIC.match(token) and float(token).is_integer():
+            token = str(int(float(token)))
+        out.append(token)
+    return out
+
+
+def _given(argv: list[str], name: str) -> bool:
+    return name in _given_fields(argv)
+
+
+def _given_fields(argv: list[str]) -> set[str]:
+    """Dotted field names of the flags on the command line (``--ppo.lr`` -> ``ppo.lr``, ``--no-video`` -> ``video``)."""
+    names = set()
+    for token in argv:
+        if token.startswith("--"):
+            name = token[2:].split("=", 1)[0]
+            if name.startswith("no-"):
+                name = name[3:]
+            names.add(name.replace("-", "_"))
+    return names
+
+
+# what may change when a run is resumed: its length, logging, evaluation, checkpointing and thread counts
+RESUMABLE = {"resume", "out", "total_steps", "logger", "wandb_project", "wandb_mode", "checkpoint_every", "eval_every",
+             "eval_episodes", "eval_envs", "video", "video_episodes", "num_threads", "torch_threads", "update_threads"}
+
+
 def _resume_config(cfg, argv: list[str]):
-    """Resume with the run's own config; only --total-steps (to extend a run) is taken from the command line."""
+    """Resume the run in --out (the directory given is the run) with its own config. Flags that may change on a
+    resume (RESUMABLE) are honoured; any other flag that differs from the run's value is refused, naming it."""
     from rlrobot.config import config_from_checkpoint
-    from rlrobot.runners.checkpoint import load_checkpoint
+    from rlrobot.runners.checkpoint import load_config, newest_intact_checkpoint
 
     run_dir = cfg.run_dir()
-    _, saved, _ = load_checkpoint(Path(run_dir) / "checkpoints")
-    resumed = config_from_checkpoint(saved)
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    if not ckpt_dir.is_dir():
+        raise FileNotFoundError(f"--resume: {run_dir} holds no checkpoints/ (is --out the run directory?)")
+    resumed = config_from_checkpoint(load_config(newest_intact_checkpoint(ckpt_dir, report=lambda m: None)))
+    refused = []
+    for name in sorted(_given_fields(argv) - {"task", "algo"}):
+        given, saved = _get_field(cfg, name), _get_field(resumed, name)
+        if name in RESUMABLE:
+            _set_field(resumed, name, given)
+        elif given is not _MISSING and given != saved:
+            refused.append(f"--{name.replace('_', '-')} (run: {saved!r}, given: {given!r})")
+    for name in ("task", "algo"):
+        if _given(argv, name) and getattr(cfg, name) != getattr(resumed, name):
+            refused.append(f"--{name} (run: {getattr(resumed, name)!r}, given: {getattr(cfg, name)!r})")
+    if refused:
+        raise ValueError(f"cannot change on --resume: {', '.join(refused)}; what may change: "
+                         f"{', '.join('--' + n.replace('_', '-') for n in sorted(RESUMABLE - {'resume', 'out'}))}")
     resumed.resume = True
-    resumed.out = run_dir  # the directory given is the run, wherever it was copied or moved to
-    if any(a == "--total-steps" or a.startswith("--total-steps=") for a in argv):
-        resumed.total_steps = cfg.total_steps
+    resumed.out = run_dir  # wherever the run directory was copied or moved to
     return resumed
+
+
+_MISSING = object()
+
+
+def _get_field(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part, _MISSING)
+        if obj is _MISSING:
+            return _MISSING
+    return obj
+
+
+def _set_field(obj, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        obj = getattr(obj, part)
+    setattr(obj, last, value)
 
 
 @dataclass
 class EvalArgs:
     checkpoint: str
     """a checkpoint directory or a run directory (its latest checkpoint is used)"""
-    episodes: int = 64
-    num_envs: int = 32
+    episodes: int | None = None
+    """episodes to evaluate (default: the run's eval_episodes)"""
+    num_envs: int | None = None
+    """envs stepped at once (default: the run's eval_envs)"""
     task: str | None = None
     """evaluate on another task than the one trained on (its spaces must match)"""
-    seed: int = 12345
+    seed: int | None = None
+    """evaluation seed (default: the one the run's own final evaluation used, so the same checkpoint scores the same)"""
     video: bool = True
     out: str | None = None
     """where to write eval.json and the video (default: the checkpoint directory)"""
@@ -99,17 +190,23 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
     from rlrobot.runners.checkpoint import load_checkpoint
     from rlrobot.runners.evaluation import evaluate
 
-    if args.episodes < 1 or args.num_envs < 1:
-        raise ValueError("episodes and num_envs must be >= 1")
+    for name in ("episodes", "num_envs"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(args, name)}")
     weights, saved, ckpt = load_checkpoint(args.checkpoint)
     cfg = config_from_checkpoint(saved)
+    # the run's final evaluation: env seed cfg.seed + 1, episode seed cfg.seed + 10_000 (rlrobot.runners.base)
+    episodes = args.episodes or cfg.eval_episodes
+    num_envs = args.num_envs or cfg.eval_envs
+    seed = cfg.seed + 10_000 if args.seed is None else args.seed
+    env_seed = cfg.seed + 1 if args.seed is None else args.seed
     if args.task is not None:
         from rlrobot.envs.registry import validate_task_id
 
         validate_task_id(args.task)
         cfg.task = args.task
-    env = rlrobot.make(cfg.task, args.num_envs, backend=cfg.backend if args.task is None else None,
-                       device=args.device, seed=args.seed, **cfg.task_options())
+    env = rlrobot.make(cfg.task, num_envs, backend=cfg.backend if args.task is None else None,
+                       device=args.device, seed=env_seed, **cfg.task_options())
     try:
         check_compatible(saved, policy_metadata(cfg, env))
         policy = build_policy(saved, cfg)
@@ -117,14 +214,22 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
         policy.to(torch.device(args.device)).eval()
         out = Path(args.out) if args.out else ckpt
         out.mkdir(parents=True, exist_ok=True)
-        result = evaluate(policy, env, args.episodes, seed=args.seed,
-                          video_path=out / "eval.mp4" if args.video else None)
+        result = evaluate(policy, env, episodes, seed=seed, video_path=out / "eval.mp4" if args.video else None)
     finally:
         env.close()
-    result = {"checkpoint": str(ckpt), "task": cfg.task, **result}
+    same_as_run = args.seed is None and episodes == cfg.eval_episodes and num_envs == cfg.eval_envs and args.task is None
+    result = {"checkpoint": str(ckpt), "task": cfg.task, "seed": seed, "num_envs": num_envs, **result}
     (out / "eval.json").write_text(json.dumps(result, indent=2))
-    console.print_json(json.dumps(result))
-    console.print(f"wrote {out / 'eval.json'}")
+    console.print(f"{cfg.task}: success {result['success_rate']:.3f}, return {result['return_mean']:.2f} "
+                  f"+- {result['return_std']:.2f} over {result['episodes']} episodes", soft_wrap=True)
+    if same_as_run:
+        console.print("  same seed, episodes and envs as the run's own final evaluation: the latest checkpoint scores "
+                      "what the run reported", soft_wrap=True)
+    else:
+        console.print(f"  seed {seed}, {episodes} episodes, {num_envs} envs: other episodes than the run's own final "
+                      f"evaluation (seed {cfg.seed + 10_000}, {cfg.eval_episodes} episodes, {cfg.eval_envs} envs), so the "
+                      "numbers differ by sampling", soft_wrap=True)
+    console.print(f"  wrote {out / 'eval.json'}" + (f" and {result['video']}" if "video" in result else ""), soft_wrap=True)
     return result
 
 
@@ -162,11 +267,16 @@ def list_algorithms() -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        console.print("usage: rlrobot {" + ",".join(COMMANDS) + "} [options]   (rlrobot <command> --help)")
+        print(USAGE)
+        return
+    if argv[0] in ("-V", "--version"):
+        import rlrobot
+
+        print(f"rlrobot {rlrobot.__version__}")
         return
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        console.print(f"[red]unknown command {command!r}; valid commands: {', '.join(COMMANDS)}[/]")
+        console.print(f"[red]unknown command {command!r}; valid commands: {', '.join(COMMANDS)}[/]", soft_wrap=True)
         raise SystemExit(2)
     try:
         if command == "train":

@@ -62,8 +62,8 @@ class TrainConfig:
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     checkpoint_every: int = 20
     """iterations between checkpoints"""
-    eval_every: int = 25
-    """iterations between evaluations (0 = only at the end)"""
+    eval_every: int | None = None
+    """iterations between evaluations during training (default: about ten over the run; 0 = only at the end)"""
     eval_episodes: int = 64
     eval_envs: int = 32
     video: bool = True
@@ -138,7 +138,11 @@ class TrainConfig:
         for name in ("num_envs", "eval_episodes", "eval_envs", "torch_threads", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "num_threads", "update_threads", "total_steps"):
+        if self.eval_every is not None and self.eval_every < 0:
+            raise ValueError(f"eval_every must be >= 0 (0 = only at the end), got {self.eval_every}")
+        if self.device != "cpu":
+            _check_device(self.device)
+        for name in ("num_threads", "update_threads", "total_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.max_episode_steps is not None and self.max_episode_steps < 1:
@@ -163,6 +167,23 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"config_version": CONFIG_VERSION, **dataclasses.asdict(self)}
+
+
+def _check_device(device: str) -> None:
+    """A device this torch build can use, or a one-line error saying why not (before any env is built)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"device={device!r} is not a torch device (cpu, cuda, cuda:1, mps, ...)") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, but no GPU is visible"
+        raise ValueError(f"device={device!r}: this torch ({torch.__version__}) is {build}; use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device!r}: MPS is not available on this machine; use --device cpu")
 
 
 @functools.cache

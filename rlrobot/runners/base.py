@@ -7,6 +7,9 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
+import os
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -16,14 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 import rlrobot
 from rlrobot.config import TrainConfig
 from rlrobot.logging.loggers import Logger
 from rlrobot.logging.plots import plot_learning_curve
 from rlrobot.policies.registry import build_policy, check_compatible, policy_kind_of, policy_metadata
-from rlrobot.runners.checkpoint import load_checkpoint, load_trainer_state, save_checkpoint
+from rlrobot.runners.checkpoint import load_checkpoint, load_trainer_state, newest_intact_checkpoint, save_checkpoint
 from rlrobot.runners.evaluation import evaluate
 
 console = Console()
@@ -128,10 +131,6 @@ class Runner(abc.ABC):
         """x-axis of the logs: env steps (gradient steps for runners that do not step the env)."""
         return self.env_steps
 
-    def status_line(self, metrics: dict[str, float]) -> str:
-        return (f"{metrics['perf/env_steps_per_s']:,.0f} steps/s  return {metrics['train/return']:.2f}  "
-                f"success {metrics['train/success']:.2f}")
-
     def after_restore(self, ckpt: Path) -> None:
         """Called once the env and RNG are restored (e.g. to report a cold replay buffer); optional."""
         return None
@@ -155,7 +154,8 @@ class Runner(abc.ABC):
                                extra_files=extra_files)
 
     def restore(self) -> None:
-        weights, config, ckpt = load_checkpoint(self.ckpt_dir)
+        ckpt = newest_intact_checkpoint(self.ckpt_dir, report=lambda m: console.print(f"[yellow]{m}[/]", soft_wrap=True))
+        weights, config, ckpt = load_checkpoint(ckpt)
         check_compatible(config, self.meta)
         if policy_kind_of(config) != self.meta["policy_kind"]:
             raise ValueError(f"checkpoint holds a {policy_kind_of(config)!r} policy; algo={self.cfg.algo!r} trains a "
@@ -193,72 +193,80 @@ class Runner(abc.ABC):
 
                 shutdown()
 
-    def _learn(self) -> dict[str, Any]:
-        cfg = self.cfg
-        main = self.is_main  # rank 0 alone logs, checkpoints and evaluates
-        if main:
-            self.out.mkdir(parents=True, exist_ok=True)
-        if cfg.resume:
+    @property
+    def x_label(self) -> str:
+        """What ``log_step`` counts (the learning curve's x axis)."""
+        return "env steps"
+
+    def eval_interval(self) -> int:
+        """Iterations between evaluations: ``eval_every``, or about ten over the run when it is None (0: at the end)."""
+        if self.cfg.eval_every is None:
+            return max(1, self.total_iterations // 10)
+        return self.cfg.eval_every
+
+    def _start(self) -> None:
+        """Fresh run: reset the env; resumed run: restore the newest intact checkpoint and drop the metrics rows logged
+        after it (they belong to iterations that are redone). The run directory is made only once that worked."""
+        if self.cfg.resume:
             self.restore()
+            if self.is_main:
+                truncate_metrics(self.out / "metrics.jsonl", self.log_step)
         else:
             if (self.ckpt_dir / "latest").exists():
                 raise FileExistsError(f"{self.out} already holds a run; pass --resume to continue it or choose --out")
             self.obs, _ = self.env.reset(seed=self.seed)
-            if main:
+            if self.is_main:
+                self.out.mkdir(parents=True, exist_ok=True)
                 (self.out / "metrics.jsonl").unlink(missing_ok=True)
         if self.sync.world_size > 1:
             from rlrobot.runners.distributed import broadcast_module
 
             broadcast_module(self.policy)
-        if main:
+        if self.is_main:
             (self.out / "config.json").write_text(json.dumps(self.config_dict(), indent=2))
+
+    def _iteration_metrics(self, iteration_metrics: dict[str, float], elapsed: float, per_iteration: int
+                           ) -> dict[str, float]:
+        metrics = {"perf/iterations_per_s": 1.0 / elapsed, "time/wall": self.wall_time, **iteration_metrics}
+        if per_iteration:
+            metrics["perf/env_steps_per_s"] = per_iteration / elapsed
+        if self.recent_returns:  # only what was measured: nothing before the first episode ends
+            metrics["train/return"] = float(np.mean(self.recent_returns))
+            metrics["train/success"] = float(np.mean(self.recent_success))
+        return metrics
+
+    def status_line(self, metrics: dict[str, float]) -> str:
+        parts = [f"{metrics['perf/env_steps_per_s']:,.0f} steps/s"] if "perf/env_steps_per_s" in metrics else []
+        if "train/return" in metrics:
+            parts.append(f"return {metrics['train/return']:.2f}  success {metrics['train/success']:.2f}")
+        else:
+            parts.append("no episode finished yet")
+        return "  ".join(parts)
+
+    def _learn(self) -> dict[str, Any]:
+        cfg = self.cfg
+        main = self.is_main  # rank 0 alone logs, checkpoints and evaluates
+        self._start()
         logger = Logger(self.out, cfg.logger, self.config_dict(), cfg.wandb_project, cfg.wandb_mode,
                         run_name=self.out.name) if main else None
-        per_iteration = self.steps_per_iteration * self.sync.world_size
-        total_iterations = self.total_iterations
+        if main:
+            console.print(f"run dir {self.out}  ({cfg.algo} on {cfg.task}, {self.total_iterations:,} iterations)",
+                          soft_wrap=True)
         eval_result: dict[str, Any] = {}
-        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                            TextColumn("{task.completed:,}/{task.total:,} iterations"), TextColumn("{task.fields[stats]}"),
-                            TimeElapsedColumn(), console=console, disable=not (console.is_terminal and main))
-        print_every = max(1, total_iterations // 50)
+        stop = StopAtIterationBoundary(enabled=main and self.sync.world_size == 1)
         try:
-            with progress:
-                bar = progress.add_task(cfg.task, total=total_iterations, completed=self.iteration, stats="")
-                while self.iteration < total_iterations:
-                    start = time.perf_counter()
-                    iteration_metrics = self.train_iteration()
-                    self.iteration += 1
-                    self.env_steps += per_iteration
-                    elapsed = time.perf_counter() - start
-                    self.wall_time += elapsed
-                    if not main:
-                        continue
-                    metrics = {
-                        "train/return": float(np.mean(self.recent_returns)) if self.recent_returns else 0.0,
-                        "train/success": float(np.mean(self.recent_success)) if self.recent_success else 0.0,
-                        "perf/env_steps_per_s": per_iteration / elapsed,
-                        "perf/iterations_per_s": 1.0 / elapsed,
-                        "time/wall": self.wall_time,
-                        **iteration_metrics,
-                    }
-                    logger.log(metrics, self.log_step)
-                    progress.update(bar, completed=self.iteration, stats=self.status_line(metrics))
-                    if not console.is_terminal and (self.iteration % print_every == 0 or self.iteration == total_iterations):
-                        console.print(f"iter {self.iteration}/{total_iterations}  steps {self.env_steps:,}  "
-                                      f"{self.status_line(metrics)}  t {self.wall_time:.0f}s")
-                    if cfg.eval_every and self.iteration % cfg.eval_every == 0 and self.iteration < total_iterations:
-                        eval_result = self.evaluate(video=False)
-                        logger.log({f"eval/{k}": v for k, v in eval_result.items() if isinstance(v, float)}, self.log_step)
-                        console.print(f"eval at iteration {self.iteration}: success {eval_result['success_rate']:.3f}, "
-                                      f"return {eval_result['return_mean']:.2f}")
-                    if self.iteration % cfg.checkpoint_every == 0 or self.iteration == total_iterations:
+            with stop, self._progress() as advance:
+                while self.iteration < self.total_iterations and not stop.requested:
+                    metrics = self._train_and_log(logger)
+                    if main:
+                        advance(metrics)
+                        eval_result = self._periodic_eval(logger) or eval_result
+                    if self.iteration % cfg.checkpoint_every == 0 or self.iteration == self.total_iterations \
+                            or stop.requested:
                         self.save()
-            distributed: dict[str, Any] = {}
-            if self.sync.world_size > 1:
-                from rlrobot.runners.distributed import parameters_identical
-
-                distributed = {"world_size": self.sync.world_size,
-                               "parameters_identical": parameters_identical(self.policy, self.sync)}
+            if stop.requested:
+                return self._interrupted_summary()
+            distributed = self._distributed_check()
             if not main:
                 return {"rank": self.sync.rank, "env_steps": self.env_steps, "distributed": distributed}
             eval_result = self.evaluate(video=cfg.video)
@@ -268,12 +276,80 @@ class Runner(abc.ABC):
         finally:
             if logger is not None:
                 logger.close()
-        curve = plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png", title=cfg.task)
+        return self._write_summary(eval_result, distributed)
+
+    def _train_and_log(self, logger: Logger | None) -> dict[str, float]:
+        per_iteration = self.steps_per_iteration * self.sync.world_size
+        start = time.perf_counter()
+        iteration_metrics = self.train_iteration()
+        self.iteration += 1
+        self.env_steps += per_iteration
+        elapsed = time.perf_counter() - start
+        self.wall_time += elapsed
+        metrics = self._iteration_metrics(iteration_metrics, elapsed, per_iteration)
+        if logger is not None:
+            logger.log(metrics, self.log_step)
+        return metrics
+
+    def _periodic_eval(self, logger: Logger) -> dict[str, Any] | None:
+        every = self.eval_interval()
+        if not every or self.iteration % every or self.iteration >= self.total_iterations:
+            return None
+        result = self.evaluate(video=False)
+        logger.log({f"eval/{k}": v for k, v in result.items() if isinstance(v, float)}, self.log_step)
+        console.print(f"eval at iteration {self.iteration}: success {result['success_rate']:.3f}, "
+                      f"return {result['return_mean']:.2f}", soft_wrap=True)
+        return result
+
+    @contextlib.contextmanager
+    def _progress(self) -> Iterator[Any]:
+        """A rich progress bar with ETA on a terminal; elsewhere (CI, nohup, files) plain unwrapped lines, about 50
+        per run, the first after the first iteration."""
+        total = self.total_iterations
+        terminal = console.is_terminal and self.is_main
+        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("eta"),
+                            TimeRemainingColumn(), console=console, disable=not terminal)
+        print_every = max(1, total // 50)
+        started = self.iteration
+        with progress:
+            bar = progress.add_task(self.cfg.task, total=total, completed=self.iteration, stats="")
+
+            def advance(metrics: dict[str, float]) -> None:
+                progress.update(bar, completed=self.iteration, stats=self.status_line(metrics))
+                if not terminal and (self.iteration % print_every == 0 or self.iteration == total
+                                     or self.iteration == started + 1):
+                    done = f"updates {self.log_step:,}" if self.x_label != "env steps" else f"steps {self.env_steps:,}"
+                    print(f"iter {self.iteration}/{total}  {done}  {self.status_line(metrics)}  t {self.wall_time:.0f}s",
+                          flush=True)
+
+            yield advance
+
+    def _distributed_check(self) -> dict[str, Any]:
+        if self.sync.world_size == 1:
+            return {}
+        from rlrobot.runners.distributed import parameters_identical
+
+        return {"world_size": self.sync.world_size, "parameters_identical": parameters_identical(self.policy, self.sync)}
+
+    def _interrupted_summary(self) -> dict[str, Any]:
+        ckpt = self.ckpt_dir / (self.ckpt_dir / "latest").read_text().strip()
+        summary = {"run_dir": str(self.out), "checkpoint": str(ckpt), "interrupted": True, "iteration": self.iteration,
+                   "env_steps": self.env_steps, "log_step": self.log_step, "x_label": self.x_label,
+                   "resume_command": f"rlrobot train --resume --out {self.out}"}
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    def _write_summary(self, eval_result: dict[str, Any], distributed: dict[str, Any]) -> dict[str, Any]:
+        curve = plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png", title=self.cfg.task,
+                                    **({"x_label": self.x_label} if _plot_takes_x_label() else {}))
         summary = {
             "run_dir": str(self.out),
             "checkpoint": str(self.ckpt_dir / (self.ckpt_dir / "latest").read_text().strip()),
             "learning_curve": str(curve),
             "env_steps": self.env_steps,
+            "log_step": self.log_step,
+            "x_label": self.x_label,
             "train_wall_time_s": round(self.wall_time, 1),
             "eval": eval_result,
         }
@@ -295,6 +371,52 @@ class Runner(abc.ABC):
                             video_episodes=cfg.video_episodes)
         finally:
             env.close()
+
+
+def truncate_metrics(path: Path, last_step: int) -> None:
+    """Keep the metrics rows up to ``last_step`` (a resumed run redoes what came after its checkpoint)."""
+    if not path.is_file():
+        return
+    rows = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [line for line in rows if json.loads(line).get("env_steps", 0) <= last_step]
+    if len(kept) != len(rows):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, path)
+
+
+def _plot_takes_x_label() -> bool:
+    import inspect
+
+    return "x_label" in inspect.signature(plot_learning_curve).parameters
+
+
+class StopAtIterationBoundary:
+    """Ctrl-C (SIGINT) during training: the first one lets the current iteration finish, then the runner checkpoints
+    and returns; a second one aborts at once (KeyboardInterrupt). Only in the main thread of a single process (ranks
+    of a distributed run would stop at different iterations)."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.requested = False
+        self._previous: Any = None
+
+    def _handler(self, signum, frame) -> None:
+        if self.requested:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        self.requested = True
+        console.print("[yellow]Ctrl-C: stopping after this iteration and saving a checkpoint (Ctrl-C again to abort "
+                      "without saving)[/]", soft_wrap=True)
+
+    def __enter__(self) -> StopAtIterationBoundary:
+        if self.enabled:
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def make_runner(cfg: TrainConfig) -> Runner:

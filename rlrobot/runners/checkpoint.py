@@ -6,14 +6,16 @@ Layout of one checkpoint directory::
     config.json         the run's config, the policy class, the spaces it was trained on
     trainer.safetensors the tensors of the trainer state (algorithm optimizers, RNG, env state: only needed to resume)
     trainer.json        the rest of the trainer state (counters, learning rate, ...) with references to those tensors
-    replay.safetensors  (off-policy runs with --save-replay) the replay buffer, so a resume starts warm
+    replay.safetensors  (off-policy runs with --sac.save-replay) the replay buffer, so a resume starts warm
+    checksums.json      SHA-256 of every file above: loading names a damaged file, --resume skips damaged checkpoints
 
 A directory is complete or absent: it is written under a temporary name and renamed, then ``latest`` (a text
-file) is replaced atomically to point at it.
+file) is replaced atomically to point at it. Files are readable by the group (like the rest of a run directory).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -26,6 +28,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 LATEST = "latest"
+CHECKSUMS = "checksums.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated or altered (the message names the file)."""
 
 
 TRAINER_FORMAT = 2
@@ -85,6 +92,9 @@ def save_checkpoint(
             meta = {"format": TRAINER_FORMAT, "state": split_tensors(trainer_state, "state", tensors)}
             save_file(tensors, tmp / "trainer.safetensors")
             (tmp / "trainer.json").write_text(json.dumps(meta, default=_json_default))
+        sums = {f.name: _sha256(f) for f in sorted(tmp.iterdir())}
+        (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1))
+        _make_readable(tmp)
         final = root / name
         if final.exists():
             shutil.rmtree(final)
@@ -97,6 +107,54 @@ def save_checkpoint(
     os.replace(pointer, root / LATEST)
     _prune(root, keep, protect=name)
     return final
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _make_readable(directory: Path) -> None:
+    """mkdtemp makes 0700; give the checkpoint the permissions the umask gives any other new file and directory."""
+    umask = os.umask(0)
+    os.umask(umask)
+    directory.chmod(0o777 & ~umask)
+    for f in directory.iterdir():
+        f.chmod(0o666 & ~umask)
+
+
+def verify_checkpoint(ckpt: Path) -> None:
+    """Raise CheckpointError naming the first file that is missing or whose SHA-256 differs from checksums.json.
+    Checkpoints written before checksums existed are read as they are (errors still name the file)."""
+    ckpt = Path(ckpt)
+    sums_file = ckpt / CHECKSUMS
+    if not sums_file.is_file():
+        return
+    sums = _read_json(sums_file)
+    for name, expected in sums.items():
+        path = ckpt / name
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint file {path} is missing")
+        if _sha256(path) != expected:
+            raise CheckpointError(f"checkpoint file {path} is damaged (its SHA-256 differs from {CHECKSUMS}: truncated "
+                                  "or altered)")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not valid JSON ({e})") from e
+
+
+def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(path)
+    except Exception as e:  # safetensors raises its own error types for truncated or garbled files
+        raise CheckpointError(f"checkpoint file {path} cannot be read ({type(e).__name__}: {e})") from e
 
 
 def _prune(root: Path, keep: int, protect: str) -> None:
@@ -133,29 +191,63 @@ def resolve_checkpoint(path: str | Path) -> Path:
     raise FileNotFoundError(f"no checkpoint at {path} (expected model.safetensors, or a 'latest' pointer)")
 
 
+def checkpoints_newest_first(ckpt_dir: str | Path) -> list[Path]:
+    """The ``iter_*`` checkpoints of a run's checkpoints folder, the one ``latest`` names first."""
+    ckpt_dir = Path(ckpt_dir)
+    found = sorted((p for p in ckpt_dir.glob("iter_*") if p.is_dir()), reverse=True)
+    latest = ckpt_dir / LATEST
+    if latest.is_file():
+        named = ckpt_dir / latest.read_text().strip()
+        found = [named] + [p for p in found if p != named] if named.is_dir() else found
+    return found
+
+
+def newest_intact_checkpoint(ckpt_dir: str | Path, report=print) -> Path:
+    """The newest checkpoint whose files all verify; damaged newer ones are reported (``report``) and skipped."""
+    candidates = checkpoints_newest_first(ckpt_dir)
+    if not candidates:
+        raise FileNotFoundError(f"no checkpoint in {ckpt_dir}")
+    problems = []
+    for ckpt in candidates:
+        try:
+            verify_checkpoint(ckpt)
+            for name in ("model.safetensors", "config.json", "trainer.safetensors", "trainer.json"):
+                if not (ckpt / name).is_file():
+                    raise CheckpointError(f"checkpoint file {ckpt / name} is missing")
+        except CheckpointError as e:
+            problems.append(str(e))
+            continue
+        if problems:
+            report(f"{'; '.join(problems)}: resuming from the newest intact checkpoint, {ckpt}")
+        return ckpt
+    raise CheckpointError(f"no intact checkpoint in {ckpt_dir}: " + "; ".join(problems))
+
+
 def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
+    """(weights, config.json contents, checkpoint directory); a damaged file is named in a CheckpointError."""
     ckpt = resolve_checkpoint(path)
-    return load_file(ckpt / "model.safetensors"), json.loads((ckpt / "config.json").read_text()), ckpt
+    verify_checkpoint(ckpt)
+    return _load_tensors(ckpt / "model.safetensors"), _read_json(ckpt / "config.json"), ckpt
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
     """The config.json of a checkpoint (without loading its weights)."""
-    return json.loads((resolve_checkpoint(path) / "config.json").read_text())
+    return _read_json(resolve_checkpoint(path) / "config.json")
 
 
 def load_trainer_state(ckpt: Path) -> dict[str, Any]:
     """The nested trainer state saved with a checkpoint (for ``--resume``)."""
     if not (ckpt / "trainer.safetensors").is_file():
         raise FileNotFoundError(f"{ckpt} holds weights only (no trainer state): it cannot be resumed")
-    meta = json.loads((ckpt / "trainer.json").read_text())
+    meta = _read_json(ckpt / "trainer.json")
     if meta.get("format", 1) != TRAINER_FORMAT:
         raise ValueError(f"{ckpt} was written by rlrobot before the algorithm registry (trainer state format "
                          f"{meta.get('format', 1)}, this version reads {TRAINER_FORMAT}): its weights still load for "
                          "eval, serve and --init, but its optimizer state cannot be resumed; start a new run")
-    return join_tensors(meta["state"], load_file(ckpt / "trainer.safetensors"))
+    return join_tensors(meta["state"], _load_tensors(ckpt / "trainer.safetensors"))
 
 
 def load_extra_file(ckpt: Path, file_name: str) -> dict[str, torch.Tensor] | None:
     """An extra safetensors file of a checkpoint (e.g. the replay buffer), or None when it was not saved."""
     path = Path(ckpt) / f"{file_name}.safetensors"
-    return load_file(path) if path.is_file() else None
+    return _load_tensors(path) if path.is_file() else None

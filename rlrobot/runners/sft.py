@@ -36,6 +36,10 @@ class SFTRunner(Runner):
     def log_step(self) -> int:
         return self.algo.updates
 
+    @property
+    def x_label(self) -> str:
+        return "gradient updates"
+
     def status_line(self, metrics: dict[str, float]) -> str:
         return f"flow-matching loss {metrics['loss/flow_matching']:.4f}  lr {metrics['loss/lr']:.2e}"
 

@@ -91,6 +91,6 @@ def test_ppo_learns_reach(tmp_path):
     assert summary["eval"]["success_rate"] >= 0.8
     rows = [json.loads(line) for line in open(tmp_path / "learn" / "metrics.jsonl")]
     rows = [r for r in rows if "train/return" in r]
-    first = np.mean([r["train/return"] for r in rows[5:10]])
+    first = np.mean([r["train/return"] for r in rows[3:8]])  # iterations 6-10: none finished an episode in 1-2
     last = np.mean([r["train/return"] for r in rows[-5:]])
     assert last > first + 5
