@@ -342,7 +342,7 @@ class Runner(abc.ABC):
 
     def _write_summary(self, eval_result: dict[str, Any], distributed: dict[str, Any]) -> dict[str, Any]:
         curve = plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png", title=self.cfg.task,
-                                    **({"x_label": self.x_label} if _plot_takes_x_label() else {}))
+                                    x_label=self.x_label)
         summary = {
             "run_dir": str(self.out),
             "checkpoint": str(self.ckpt_dir / (self.ckpt_dir / "latest").read_text().strip()),
@@ -383,12 +383,6 @@ def truncate_metrics(path: Path, last_step: int) -> None:
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in kept))
         os.replace(tmp, path)
-
-
-def _plot_takes_x_label() -> bool:
-    import inspect
-
-    return "x_label" in inspect.signature(plot_learning_curve).parameters
 
 
 class StopAtIterationBoundary:
