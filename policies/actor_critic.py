@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -18,11 +18,17 @@ ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 @dataclass
 class ActorCriticConfig:
     actor_hidden: tuple[int, ...] = (256, 128, 64)
+    """hidden layer widths of the actor MLP"""
     critic_hidden: tuple[int, ...] = (256, 128, 64)
-    activation: str = "elu"
+    """hidden layer widths of the critic MLP"""
+    activation: Literal["elu", "relu", "tanh", "silu"] = "elu"
+    """hidden activation"""
     init_noise_std: float = 1.0
+    """initial action std (Gaussian PPO policy)"""
     normalize_obs: bool = True
+    """running mean / std normalisation of the observation, saved with the weights"""
     obs_key: str = "state"
+    """the observation the MLPs read"""
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -44,17 +44,23 @@ class FlowPolicyConfig:
     obs_keys: tuple[str, ...] = ("state",)
     """observation keys the encoder reads: "state" and/or image keys such as "image_front" """
     state_hidden: tuple[int, ...] = (256, 256)
+    """widths of the state encoder MLP (the last is its output)"""
     embed_dim: int = 256
     """observation embedding size"""
     time_embed_dim: int = 64
+    """size of the time embedding"""
     velocity_hidden: tuple[int, ...] = (512, 512, 512)
-    activation: str = "silu"
+    """widths of the velocity network"""
+    activation: Literal["elu", "relu", "tanh", "silu"] = "silu"
+    """hidden activation"""
     image_channels: tuple[int, ...] = (32, 64, 64)
     """channels of the small CNN per camera (images only)"""
     noise_hidden: tuple[int, ...] = (128, 64)
     """Flow-Noise head on the velocity network's last features"""
     noise_std_min: float = 0.08
+    """lower bound of the Flow-Noise step std"""
     noise_std_max: float = 0.16
+    """upper bound of the Flow-Noise step std"""
     value_hidden: tuple[int, ...] = (256, 256)
     """value head on the detached observation embedding (used by flow-policy PPO)"""
 

@@ -29,28 +29,32 @@ class TrainConfig:
     algo: str = "ppo"
     """learning algorithm (registered: rlrobot list-algos); `rlrobot train --algo X --help` shows X's options"""
     num_envs: int = 256
+    """parallel envs (per rank in distributed runs)"""
     total_steps: int = 1_000_000
     """environment steps to train for (summed over envs and ranks)"""
     seed: int = 0
+    """seeds the envs, the networks' initialisation and sampling"""
     out: str = ""
-    """run directory (default: runs/<task>-<algo>-s<seed>)"""
+    """run directory ('' = runs/<task>-<algo>-s<seed>)"""
     resume: bool = False
     """continue the run in --out from its latest checkpoint"""
-    backend: str | None = None
-    """simulator backend (default: the task's own): mujoco | mjwarp (native tasks on MuJoCo Warp) | gymnasium |
-    maniskill | isaaclab"""
+    backend: Literal["mujoco", "mjwarp", "gymnasium", "maniskill", "isaaclab"] | None = None
+    """simulator backend (None = the task's own; mjwarp runs the native tasks on MuJoCo Warp)"""
     device: str = "cpu"
+    """torch device of the networks, rollout storage and replay (cpu, cuda, cuda:1, mps)"""
     distributed: bool = False
     """data-parallel training across the processes torchrun starts (gloo on CPU, NCCL on cuda): each rank its own
     num_envs envs and seed, gradients all-reduced; total_steps counts all ranks' env steps"""
     obs_mode: str = "state"
     """native tasks: state | rgb | state+rgb (rlrobot list-tasks shows each task's modes)"""
-    reward_mode: str = "dense"
-    """native tasks: dense | sparse"""
+    reward_mode: Literal["dense", "sparse"] = "dense"
+    """native tasks: the shaped dense reward or success only"""
     control_mode: str = "ee_delta"
     """native tasks: joint_pos | joint_delta | ee_delta"""
     max_episode_steps: int | None = None
+    """episode length in control steps (None: the task's own)"""
     reward: RewardConfig = field(default_factory=RewardConfig)
+    """reward wrappers of the training env (--reward.shaping)"""
     num_threads: int = 0
     """simulator threads (0 = all cores)"""
     torch_threads: int = 1
@@ -58,17 +62,23 @@ class TrainConfig:
     update_threads: int = 0
     """torch intra-op threads during updates, when the simulator is idle (0 = all cores)"""
     logger: Literal["tensorboard", "wandb", "none"] = "tensorboard"
+    """where metrics go besides metrics.jsonl"""
     wandb_project: str = "rlrobot"
+    """wandb project (with --logger wandb)"""
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
+    """wandb mode (offline in tests and without a login)"""
     checkpoint_every: int = 20
     """iterations between checkpoints"""
     eval_every: int | None = None
-    """iterations between evaluations during training (default: about ten over the run; 0 = only at the end)"""
+    """iterations between evaluations during training (None = about ten over the run; 0 = only at the end)"""
     eval_episodes: int = 64
+    """episodes per evaluation (deterministic policy)"""
     eval_envs: int = 32
+    """envs stepped at once during evaluation"""
     video: bool = True
     """record an evaluation video of env 0 at the end"""
     video_episodes: int = 2
+    """episodes of env 0 in the final evaluation video"""
 
     # ------------------------------------------------------------------ registry look-ups
     @property

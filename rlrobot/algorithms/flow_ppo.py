@@ -44,14 +44,21 @@ class FlowPPOConfig(AlgorithmConfig):
     rollout_chunks: int = 8
     """chunks per env per rollout (each executes flow.execute_steps actions)"""
     num_epochs: int = 4
+    """passes over each rollout"""
     num_minibatches: int = 4
+    """minibatches per pass"""
     clip: float = 0.2
+    """PPO ratio clip epsilon"""
     dual_clip: float = 3.0
+    """dual-clip bound c: for negative advantages the loss is at most -c A"""
     value_clip: float = 0.2
+    """clip of the value update around the rollout's values"""
     gamma: float = 0.99
     """discount per chunk"""
     lam: float = 0.95
+    """GAE lambda (over chunks)"""
     value_coef: float = 1.0
+    """weight of the value loss"""
     entropy_coef: float = 0.005
     """(flow-noise) bonus on the noise head's Gaussian entropy"""
     lr: float = 1e-4
@@ -61,9 +68,13 @@ class FlowPPOConfig(AlgorithmConfig):
     desired_kl: float = 0.02
     """per-chunk KL(old || new) target of the adaptive schedule"""
     lr_min: float = 1e-6
+    """lower bound of the adaptive lr"""
     lr_max: float = 1e-3
+    """upper bound of the adaptive lr"""
     value_lr: float = 1e-3
+    """value head learning rate (fixed)"""
     max_grad_norm: float = 1.0
+    """gradient-norm clip, applied to the policy and the value head separately"""
     ratio_level: Literal["chunk", "element"] = "chunk"
     """chunk: one ratio per chunk | element: one ratio per action element (same advantage)"""
     sde_mode: Literal["hybrid", "full"] = "hybrid"
@@ -73,6 +84,7 @@ class FlowPPOConfig(AlgorithmConfig):
     critic_warmup_iterations: int = 0
     """iterations that train only the value head (the SFT checkpoint has none)"""
     normalize_advantages: bool = True
+    """advantages to zero mean, unit std per update"""
 
     def validate(self, run) -> None:
         validate_ppo_common(self, "flow_ppo")

@@ -28,22 +28,35 @@ class PPOConfig(AlgorithmConfig):
     rollout_steps: int = 24
     """vector-env steps per env per iteration (the rollout length)"""
     num_epochs: int = 5
+    """passes over each rollout"""
     num_minibatches: int = 4
+    """minibatches per pass"""
     clip: float = 0.2
+    """PPO ratio clip epsilon"""
     value_clip: float = 0.2
+    """clip of the value update around the rollout's values"""
     gamma: float = 0.99
+    """discount"""
     lam: float = 0.95
+    """GAE lambda"""
     value_coef: float = 1.0
+    """weight of the value loss"""
     entropy_coef: float = 0.01
+    """weight of the entropy bonus"""
     lr: float = 1e-3
     """the starting value when lr_schedule is adaptive"""
     lr_schedule: Literal["adaptive", "fixed"] = "adaptive"
     """adaptive: RSL-RL's rule (KL > 2 x desired_kl: lr / 1.5; 0 < KL < desired_kl / 2: lr x 1.5) | fixed"""
     desired_kl: float = 0.01
+    """KL target of the adaptive schedule"""
     lr_min: float = 1e-5
+    """lower bound of the adaptive lr"""
     lr_max: float = 1e-2
+    """upper bound of the adaptive lr"""
     max_grad_norm: float = 1.0
+    """global gradient-norm clip"""
     normalize_advantages: bool = True
+    """advantages to zero mean, unit std per update"""
 
     def validate(self, run) -> None:
         validate_ppo_common(self, "ppo")

@@ -26,9 +26,11 @@ ACTOR_Q_REDUCTIONS = ("min", "mean")
 @dataclass
 class SACConfig(AlgorithmConfig):
     gamma: float = 0.99
+    """discount"""
     tau: float = 0.005
     """Polyak rate of the target critics"""
     batch_size: int = 512
+    """transitions per gradient update"""
     utd: float = 0.5
     """update-to-data ratio: gradient updates per collected transition (summed over envs); fractions carry over"""
     learning_starts: int = 4_000
@@ -36,17 +38,23 @@ class SACConfig(AlgorithmConfig):
     buffer_size: int = 1_000_000
     """replay capacity in transitions"""
     n_step: int = 1
+    """n of the n-step return"""
     rollout_steps: int = 4
     """vector-env steps collected between two update phases (one runner iteration)"""
     save_replay: bool = False
     """write the replay buffer with each checkpoint so that --resume continues without a cold buffer"""
     actor_lr: float = 3e-4
+    """actor learning rate"""
     critic_lr: float = 3e-4
+    """critic learning rate"""
     alpha_lr: float = 3e-4
+    """temperature learning rate"""
     init_alpha: float = 1.0
+    """initial entropy temperature"""
     autotune_alpha: bool = True
+    """tune the temperature toward target_entropy"""
     target_entropy: float | None = None
-    """entropy target of the temperature tuning (default -|A|)"""
+    """entropy target of the temperature tuning (None = -|A|)"""
     num_target_critics: int = 2
     """size of the random critic subset whose min forms the target (REDQ's M; = policy.num_critics for plain SAC)"""
     actor_q: Literal["min", "mean"] = "min"

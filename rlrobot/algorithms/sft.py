@@ -30,10 +30,15 @@ class SFTConfig(AlgorithmConfig):
     num_updates: int = 5000
     """gradient steps"""
     batch_size: int = 256
+    """chunks per gradient update"""
     lr: float = 3e-4
+    """peak learning rate (AdamW)"""
     weight_decay: float = 1e-4
+    """AdamW weight decay"""
     warmup_updates: int = 200
+    """linear warm-up before the cosine decay"""
     max_grad_norm: float = 1.0
+    """global gradient-norm clip"""
     time_sampling: Literal["beta", "uniform"] = "beta"
     """beta (pi0: Beta(1.5, 1), skewed to high noise) | uniform"""
     updates_per_iteration: int = 100

@@ -33,7 +33,7 @@ class RewardConfig:
     """reward wrapper of the training env: none | dense-potential (potential-based shaping gamma Phi(s') - Phi(s)
     with the task's dense reward as Phi; use with --reward-mode sparse)"""
     gamma: float | None = None
-    """discount of the shaping term (default: the algorithm's, which keeps the optimal policy unchanged)"""
+    """discount of the shaping term (None = the algorithm's, which keeps the optimal policy unchanged)"""
 
     def validate(self, run) -> None:
         if self.shaping not in reward_names():
