@@ -43,16 +43,22 @@ def _preset_from_argv(argv: list[str]):
     return preset(known.task, known.algo)
 
 
-def train(argv: list[str]) -> dict:
+def parse_train_args(argv: list[str]):
+    """The run config of a ``rlrobot train`` command line (preset of --task / --algo, then every flag), unvalidated."""
     from rlrobot.algorithms.registry import algorithm_spec
     from rlrobot.config import config_class
 
     argv = _normalise_numbers(argv)
     default = _preset_from_argv(argv)
     spec = algorithm_spec(default.algo)
-    cfg = tyro.cli(config_class(default.algo), default=default, args=argv, prog=f"rlrobot train --algo {spec.name}",
-                   description=f"Train with {spec.name}: {spec.summary}. Presets in rlrobot.configs set the defaults "
-                               "for each --task / --algo pair; other algorithms: rlrobot list-algos.")
+    return tyro.cli(config_class(default.algo), default=default, args=argv, prog=f"rlrobot train --algo {spec.name}",
+                    description=f"Train with {spec.name}: {spec.summary}. Presets in rlrobot.configs set the defaults "
+                                "for each --task / --algo pair; other algorithms: rlrobot list-algos.")
+
+
+def train(argv: list[str]) -> dict:
+    argv = _normalise_numbers(argv)
+    cfg = parse_train_args(argv)
     if cfg.resume:
         cfg = _resume_config(cfg, argv)
     elif _given(argv, "total_steps") and cfg.steps_per_iteration() == 0:
