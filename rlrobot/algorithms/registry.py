@@ -7,6 +7,7 @@ iteration), its learner class (which owns its optimizers, storage and ``state_di
 
 from __future__ import annotations
 
+import abc
 import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,20 +16,22 @@ if TYPE_CHECKING:
     from rlrobot.config import TrainConfig
 
 
-class AlgorithmConfig:
+class AlgorithmConfig(abc.ABC):
     """Base of every algorithm's config section (a dataclass). ``run`` is the whole run config (common fields, the
     policy section, this section)."""
 
+    @abc.abstractmethod
     def validate(self, run: TrainConfig) -> None:
         """Raise ValueError naming the field and what is allowed; no I/O, no changes to the config."""
 
+    @abc.abstractmethod
     def env_steps_per_iteration(self, run: TrainConfig) -> int:
         """Environment steps of one runner iteration on one rank, summed over envs (0 when the env is not stepped)."""
-        raise NotImplementedError
 
     def prepare(self, run: TrainConfig) -> None:
         """Read what the config names on disk (datasets, checkpoints to start from) before anything is built; may adopt
         settings from there (e.g. the architecture of ``--init``). The only step that does I/O."""
+        return None
 
     @property
     def discount(self) -> float | None:
