@@ -4,7 +4,7 @@ Time runs from t = 1 (pure noise) to t = 0 (the action chunk): x_t = t * eps + (
 the velocity v = eps - a. Sampling takes K Euler steps on the grid t_k = linspace(1, 1/K, K) followed by 0.
 
 Every denoising step can be deterministic (the ODE, for evaluation and SFT) or a Gaussian transition whose mean and
-std come from one of the two pi_RL recipes (ALGORITHMS.md):
+std come from one of the two pi_RL recipes (Flow-Noise and Flow-SDE of the pi_RL paper):
 
 * ``noise`` (Flow-Noise): the ODE mean with a learned std from a small noise head on the velocity network's features;
 * ``sde`` (Flow-SDE): the Euler-Maruyama step of the reverse SDE with the same marginals, std sqrt(delta) * sigma_t,

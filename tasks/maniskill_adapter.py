@@ -7,7 +7,7 @@ and steps them in turn (a per-env loop, there only; the CPU path exists for test
 
 Observations: ``obs_mode="state"`` -> ``{"state"}``; ``"state+rgb"`` / ``"rgb"`` -> ``{"state"?, "image_<camera>"}``
 (uint8 [3, H, W] per camera, via ManiSkill's FlattenRGBDObservationWrapper). Actions in [-1, 1] are rescaled to the
-controller's Box. ManiSkill needs a Vulkan device even for state observations (DESIGN.md: Mesa >= 24.3's lavapipe on
+controller's Box. ManiSkill needs a Vulkan device even for state observations (Mesa >= 24.3's lavapipe on
 a CPU machine).
 """
 

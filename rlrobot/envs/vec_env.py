@@ -1,4 +1,5 @@
-"""The VecEnv contract every simulator, adapter and robot speaks (see DESIGN.md)."""
+"""The VecEnv contract every simulator, adapter and robot speaks: batched tensors, same-step autoreset
+(info["final_obs"], info["episode"])."""
 
 from __future__ import annotations
 
