@@ -24,6 +24,18 @@ from . import protocol
 from .stats import RunningStats
 
 
+class ServerConnectError(ConnectionError):
+    """``PolicyClient.connect`` failed; ``cause`` is one of ``CONNECT_FAILURES``, the message says what to check.
+    A ConnectionError, so the CLI prints it as its one-line ``error: ...``."""
+
+    def __init__(self, cause: str, message: str):
+        super().__init__(message)
+        self.cause = cause
+
+
+CONNECT_FAILURES = ("unreachable", "handshake", "tls", "auth", "protocol", "unknown")
+
+
 class PolicyClient:
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 1.0, reconnect_interval_s: float = 0.2,
                  max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES, tls_ca: str | None = None):
@@ -66,45 +78,95 @@ class PolicyClient:
         return protocol.ProtocolError(str(msg.get("code", "internal")), str(msg.get("message", "")))
 
     def connect(self) -> dict[str, Any]:
-        from websockets.sync.client import connect
-
+        """Open a connection and authenticate; the server's metadata. Every failure is a ``ServerConnectError``
+        (a ``ConnectionError``) whose ``cause`` and message say what went wrong and what to check."""
         self.close()
         self._last_attempt = time.monotonic()
         try:
-            # entering the context makes the connection ours to close (websockets >= 17 warns otherwise)
-            options = {"ssl": self._ssl_context()} if self.url.startswith("wss://") else {}
-            self._ws = connect(self.url, open_timeout=self.timeout_s, close_timeout=0.2, compression=None,
-                               max_size=self.max_frame_bytes + 64 * 1024, **options).__enter__()
-            challenge = protocol.decode_unsigned(self._ws.recv(timeout=self.timeout_s))
-            server_nonce = challenge.get("nonce")
-            if challenge["type"] != "challenge" or not isinstance(server_nonce, bytes) \
-                    or len(server_nonce) != protocol.NONCE_BYTES:
-                raise protocol.ProtocolError("malformed", f"expected a challenge with a {protocol.NONCE_BYTES}-byte nonce")
-            client_nonce = protocol.new_nonce()
-            self._seq, self._peer_seq = 0, 0
-            keys = protocol.session_keys(self.secret, server_nonce, client_nonce)
-            self._send(protocol.message("hello", 0, nonce=client_nonce, client="rlrobot"),
-                       protocol.hello_key(self.secret, server_nonce))
-            frame = self._ws.recv(timeout=self.timeout_s)
-            try:
-                reply = protocol.decode(frame, keys[protocol.S2C], self.max_frame_bytes)
-            except protocol.ProtocolError as e:
-                raise self._unsigned_error(frame) or e from None
-            if reply["type"] == "error":
-                raise protocol.ProtocolError(str(reply.get("code")), str(reply.get("message")))
-            if reply["type"] != "hello" or reply["seq"] != 1 or reply.get("request") != 1:
-                raise protocol.ProtocolError("bad_request", f"expected the hello answering request 1, got {reply['type']!r}")
-            self._keys, self._peer_seq = keys, 1
-        except protocol.ProtocolError:
-            self.close()
-            raise
+            reply = self._handshake()
         except Exception as e:
             self.close()
-            raise ConnectionError(f"cannot reach the policy server at {self.url}: {type(e).__name__}: {e}") from e
+            raise self._explain(e) from e
         if self.metadata is not None:
             self.reconnects += 1
         self.metadata = reply["metadata"]
         return self.metadata
+
+    def _handshake(self) -> dict[str, Any]:
+        from websockets.sync.client import connect
+
+        # entering the context makes the connection ours to close (websockets >= 17 warns otherwise)
+        options = {"ssl": self._ssl_context()} if self.url.startswith("wss://") else {}
+        self._ws = connect(self.url, open_timeout=self.timeout_s, close_timeout=0.2, compression=None,
+                           max_size=self.max_frame_bytes + 64 * 1024, **options).__enter__()
+        challenge = protocol.decode_unsigned(self._ws.recv(timeout=self.timeout_s))
+        server_nonce = challenge.get("nonce")
+        if challenge["type"] != "challenge" or not isinstance(server_nonce, bytes) \
+                or len(server_nonce) != protocol.NONCE_BYTES:
+            raise protocol.ProtocolError("malformed", f"expected a challenge with a {protocol.NONCE_BYTES}-byte nonce")
+        client_nonce = protocol.new_nonce()
+        self._seq, self._peer_seq = 0, 0
+        keys = protocol.session_keys(self.secret, server_nonce, client_nonce)
+        self._send(protocol.message("hello", 0, nonce=client_nonce, client="rlrobot"),
+                   protocol.hello_key(self.secret, server_nonce))
+        frame = self._ws.recv(timeout=self.timeout_s)
+        try:
+            reply = protocol.decode(frame, keys[protocol.S2C], self.max_frame_bytes)
+        except protocol.ProtocolError:
+            refusal = self._unsigned_error(frame)
+            if refusal is not None:
+                refusal.from_server = True
+                raise refusal from None
+            raise
+        if reply["type"] == "error":  # (without a token we cannot tell a signed answer from an unsigned one)
+            refusal = protocol.ProtocolError(str(reply.get("code")), str(reply.get("message")))
+            refusal.from_server = True
+            raise refusal
+        if reply["type"] != "hello" or reply["seq"] != 1 or reply.get("request") != 1:
+            raise protocol.ProtocolError("bad_request", f"expected the hello answering request 1, got {reply['type']!r}")
+        self._keys, self._peer_seq = keys, 1
+        return reply
+
+    def _explain(self, e: Exception) -> ServerConnectError:
+        """What a failed connect means for the operator: the cause and what to check, in one line."""
+        from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+        url, detail = self.url, f"{type(e).__name__}: {str(e)[:200]}"
+        if isinstance(e, protocol.ProtocolError):
+            if e.code == "unauthenticated":
+                if getattr(e, "from_server", False):
+                    hint = ("no token was given (--token or RLROBOT_TOKEN) and the server requires one" if self.secret is None
+                            else "the token differs from the server's: check --token / RLROBOT_TOKEN on both sides")
+                else:  # the server's hello does not verify with our key
+                    hint = "its hello is not signed with this token: the server runs with another token or with --insecure"
+                return ServerConnectError("auth", f"the policy server at {url} refused authentication: {hint}")
+            if e.code == "version":
+                return ServerConnectError("protocol", f"the policy server at {url} speaks another protocol version "
+                                                      f"({e.message}); this client speaks bridge protocol "
+                                                      f"{protocol.PROTOCOL_VERSION}: run the same rlrobot on both sides")
+            return ServerConnectError("protocol", f"the policy server at {url} broke the handshake ({e}): is it an rlrobot "
+                                                  f"serve of the same version?")
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return ServerConnectError("tls", f"the TLS certificate of {url} cannot be verified "
+                                             f"({detail}): pass the server's certificate or "
+                                             f"its CA with --tls-ca, and use the host name it was issued for in --server")
+        if isinstance(e, ssl.SSLError):
+            return ServerConnectError("tls", f"the TLS handshake with {url} failed ({detail}): is the server serving TLS "
+                                             f"(rlrobot serve --tls-cert)? For a plain server use ws://")
+        if isinstance(e, (TimeoutError, ConnectionClosed, InvalidHandshake)):
+            hint = "it serves TLS: use wss://" if not url.startswith("wss://") else "is it an rlrobot serve?"
+            if isinstance(e, TimeoutError):
+                hint = f"no answer within --timeout-s {self.timeout_s:g} s: check host, port and firewall; is it an rlrobot serve?"
+            elif isinstance(e, ConnectionClosed):
+                hint = "the server closed the connection during the handshake (at --max-connections, or it refused us)"
+            elif not url.startswith("wss://"):
+                hint = "not a websocket answer: is it an rlrobot serve, or one serving TLS (then use wss://)?"
+            return ServerConnectError("handshake", f"the policy server at {url} did not complete the handshake: {hint} "
+                                                   f"({detail})")
+        if isinstance(e, OSError):  # refused, unreachable network, unknown host
+            return ServerConnectError("unreachable", f"cannot reach the policy server at {url} ({detail}): is `rlrobot "
+                                                     f"serve` running there, and are host and port right?")
+        return ServerConnectError("unknown", f"cannot connect to the policy server at {url}: {detail}")
 
     @property
     def connected(self) -> bool:

@@ -97,10 +97,7 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
     token = args.token or os.environ.get("RLROBOT_TOKEN")
     if args.checkpoint is not None:
         from .policy_runtime import LoadedPolicy
-        from .stats import RunningStats
-
-        source = LoadedPolicy(args.checkpoint)
-        source.latencies = RunningStats(scale=1e3)  # every inference is timed: keep that bounded
+        source = LoadedPolicy(args.checkpoint)  # times every inference in bounded RunningStats
         metadata = source.metadata
     else:
         from .client import PolicyClient

@@ -13,6 +13,7 @@ from rlrobot.policies.registry import build_policy, policy_kind_of
 from rlrobot.runners.checkpoint import load_checkpoint
 
 from .protocol import ProtocolError
+from .stats import RunningStats
 
 
 class LoadedPolicy:
@@ -43,7 +44,8 @@ class LoadedPolicy:
             "control_rate_hz": 1.0 / saved["control_dt"] if saved.get("control_dt") else None,
             "checkpoint": self.checkpoint,
         }
-        self.latencies: list[float] = []
+        self.latencies = RunningStats(scale=1e3)
+        """inference time of every call, ms (bounded: count/mean/max exact, percentiles over a recent window)"""
 
     def check_observation(self, obs: Any) -> dict[str, np.ndarray]:
         if not isinstance(obs, dict):
@@ -70,7 +72,9 @@ class LoadedPolicy:
         """(actions [chunk, action_dim] float32, inference seconds)."""
         batch = self.check_observation(obs)
         start = time.perf_counter()
-        tensors = {k: torch.as_tensor(np.asarray(v, np.float32), device=self.device) for k, v in batch.items()}
+        # a copy: arrays decoded from a frame are read-only views of it, and torch warns about (and must not share)
+        # non-writable memory
+        tensors = {k: torch.from_numpy(np.array(v, np.float32)).to(self.device) for k, v in batch.items()}
         action = self.policy.sample_actions(tensors) if self.chunked else self.policy.act(tensors, deterministic=True)
         chunk = action.reshape(-1, self.metadata["chunk_size"], self.metadata["action_dim"])[0]
         result = chunk.float().cpu().numpy()
@@ -78,10 +82,3 @@ class LoadedPolicy:
         self.latencies.append(elapsed)
         return result, elapsed
 
-
-def latency_summary(samples: list[float]) -> dict[str, float]:
-    if not samples:
-        return {"count": 0}
-    a = np.asarray(samples) * 1e3
-    return {"count": len(samples), "median_ms": float(np.median(a)), "p99_ms": float(np.percentile(a, 99)),
-            "max_ms": float(a.max())}

@@ -126,6 +126,8 @@ class RateLimitFilter(logging.Filter):
         self.kinds: dict[tuple[str, str], list[float]] = {}  # kind -> [window start, count, suppressed]
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "authenticated", False):  # only a token holder can cause these: never dropped
+            return True
         now = time.monotonic()
         kind = (record.name, str(record.msg)[:100])
         state = self.kinds.get(kind)
@@ -144,11 +146,63 @@ class RateLimitFilter(logging.Filter):
         return True
 
 
+WS_LOGGER = "rlrobot.server.websockets"
+"""the websockets library logs here: its errors only (a failed opening handshake is part of the connection's line)"""
+
+
+class _DropHandshakeFailures(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "opening handshake failed"
+
+
+def install_log_handler() -> None:
+    """One plain line per record on stderr for the server's loggers, unless the embedding program set up logging."""
+    server_log, ws_log = logging.getLogger("rlrobot.server"), logging.getLogger(WS_LOGGER)
+    ws_log.setLevel(logging.ERROR)
+    if not any(isinstance(f, _DropHandshakeFailures) for f in ws_log.filters):
+        ws_log.addFilter(_DropHandshakeFailures())
+    if logging.getLogger().handlers or server_log.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    server_log.addHandler(handler)
+    server_log.setLevel(logging.INFO)
+    server_log.propagate = False
+
+
+@dataclass
+class Peer:
+    """One connection's story, logged as one line when it closes."""
+
+    address: str
+    accepted: float
+    auth: str = "no hello"
+    """no hello | authenticated | refused (<code>)"""
+    requests: int = 0
+    errors: int = 0
+    reason: str = ""
+    """why the server closed it (empty: the peer closed it, or the network did)"""
+
+    def line(self, close_code: int | None, handshake_error: BaseException | None) -> str:
+        reason = self.reason
+        if not reason and handshake_error is not None:
+            reason = f"websocket handshake failed ({type(handshake_error).__name__}: {str(handshake_error)[:80]})"
+        if not reason:
+            reason = f"closed by the peer ({close_code})" if close_code not in (None, 1006) else "connection lost"
+        served = f", {self.requests} requests" + (f" ({self.errors} refused)" if self.errors else "") \
+            if self.auth == "authenticated" else ""
+        return f"peer {self.address}: {self.auth}{served}, {time.monotonic() - self.accepted:.1f} s; {reason}"
+
+
 def install_log_rate_limit(burst: int = 5, window_s: float = 10.0) -> RateLimitFilter:
     limiter = RateLimitFilter(burst, window_s)
-    for name in ("asyncio", "websockets", "websockets.server", "rlrobot.server"):
+    for name in ("asyncio", "websockets", "websockets.server", "rlrobot.server", WS_LOGGER):
         logging.getLogger(name).addFilter(limiter)
     return limiter
+
+
+class ListenError(ConnectionError):
+    """``rlrobot serve`` cannot open its listening socket (a ConnectionError: the CLI prints one line)."""
 
 
 class PolicyServer:
@@ -162,8 +216,9 @@ class PolicyServer:
         self.counts: collections.Counter[str] = collections.Counter()
         self.open: set[Any] = set()
         self.pending: collections.OrderedDict[Any, float] = collections.OrderedDict()  # connection -> accept time
+        self.peers: dict[Any, Peer] = {}  # open connection -> its story (one log line when it closes)
         self.latency = RunningStats(scale=1e3)  # inference seconds -> ms; bounded however long the server runs
-        policy.latencies = RunningStats(scale=1e3)  # the runtime appends every inference: keep that bounded too
+        policy.latencies = RunningStats(scale=1e3)  # bounded, whatever kind of policy object this is
         self.decoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="decode")
 
     # ------------------------------------------------------------ connection admission (TCP level)
@@ -178,25 +233,28 @@ class PolicyServer:
                 server._admit(self, transport)
 
             def connection_lost(self, exc) -> None:
-                server._release(self)
                 super().connection_lost(exc)
+                server._release(self)
 
         return AdmittedConnection
 
     def _admit(self, connection, transport) -> None:
+        address = _peer_address(transport)
         if len(self.open) >= self.max_connections:
             self.counts["refused"] += 1
-            log.warning("connection refused: %d connections open (--max-connections)", len(self.open))
+            log.warning("peer %s: refused, %d connections open (--max-connections)", address, len(self.open))
             transport.abort()
             return
         if len(self.pending) >= self.max_unauthenticated:
             oldest, _ = self.pending.popitem(last=False)
             self.counts["evicted"] += 1
-            log.warning("closed the oldest unauthenticated connection: %d are waiting (--max-unauthenticated)",
-                        self.max_unauthenticated)
+            if oldest in self.peers:
+                self.peers[oldest].reason = f"closed for a newer one: {self.max_unauthenticated} waited for their hello " \
+                                            f"(--max-unauthenticated)"
             oldest.transport.abort()
         self.counts["accepted"] += 1
         self.open.add(connection)
+        self.peers[connection] = Peer(address, time.monotonic())
         self.pending[connection] = time.monotonic()
         # before authentication only tiny frames are legitimate; larger ones close the connection (1009)
         connection.protocol.max_message_size = protocol.HANDSHAKE_MAX_FRAME_BYTES
@@ -206,9 +264,16 @@ class PolicyServer:
             self.open.discard(connection)
             if self.pending.pop(connection, None) is not None:
                 self.counts["closed_unauthenticated"] += 1  # hello deadline, websocket open_timeout, refused hello
+        peer = self.peers.pop(connection, None)
+        if peer is not None:  # the connection's one log line
+            ok = peer.auth == "authenticated"
+            line = peer.line(getattr(connection, "close_code", None), getattr(connection.protocol, "handshake_exc", None))
+            log.log(logging.INFO if ok else logging.WARNING, "%s", line, extra={"authenticated": ok})
 
     def _authenticated(self, connection) -> None:
         self.pending.pop(connection, None)
+        if connection in self.peers:
+            self.peers[connection].auth = "authenticated"
         self.counts["authenticated"] += 1
         connection.protocol.max_message_size = self.max_frame_bytes + FRAME_SLACK_BYTES
 
@@ -227,12 +292,27 @@ class PolicyServer:
             pass
         except Exception as e:  # a bug must end this connection only, never the server
             self.errors["internal"] += 1
-            log.error("connection failed: %s: %s", type(e).__name__, e)
+            self._note(connection, reason=f"internal error: {type(e).__name__}: {str(e)[:200]}")
+
+    def _note(self, connection, reason: str | None = None, auth: str | None = None, requests: int = 0,
+              errors: int = 0) -> None:
+        peer = self.peers.get(connection)
+        if peer is None:
+            return
+        peer.requests += requests
+        peer.errors += errors
+        if reason is not None and not peer.reason:
+            peer.reason = reason
+        if auth is not None:
+            peer.auth = auth
 
     async def _refuse(self, connection, e: protocol.ProtocolError, close: bool) -> None:
         """An unsigned error frame (the peer is not authenticated), then maybe close the connection."""
         self.errors[e.code] += 1
-        log.warning("refused a frame from an unauthenticated peer: %s", e.code)
+        if close:  # the hello was refused
+            self._note(connection, reason=f"hello refused: {e.message[:120]}", auth=f"refused ({e.code})")
+        else:  # a frame on an authenticated connection that is not signed with its key (injected, or a bug)
+            self._note(connection, errors=1)
         await connection.send(protocol.encode(protocol.error(0, e.code, e.message, e.request), None))
         if close:
             await connection.close(1008, e.code)
@@ -245,7 +325,7 @@ class PolicyServer:
             frame = await asyncio.wait_for(connection.recv(), max(deadline - time.monotonic(), 0.0))
         except asyncio.TimeoutError:
             self.counts["hello_timeouts"] += 1
-            log.warning("closed a connection that sent no hello within %.1f s", self.hello_timeout_s)
+            self._note(connection, reason=f"no hello within {self.hello_timeout_s:g} s (--hello-timeout-s)")
             await connection.close(1008, "no authenticated hello in time")
             return None
         try:
@@ -284,11 +364,13 @@ class PolicyServer:
             except protocol.ProtocolError as e:
                 if e.verified:
                     self.errors[e.code] += 1
+                    self._note(connection, requests=1, errors=1)
                     await send(protocol.error(0, e.code, e.message))
                 else:
                     await self._refuse(connection, e, close=False)
                 continue
             seq = msg["seq"]
+            self._note(connection, requests=1)
             try:
                 if seq != last_seq + 1:
                     raise protocol.ProtocolError("bad_request", f"seq {seq} is not {last_seq + 1} (a replayed, "
@@ -308,9 +390,11 @@ class PolicyServer:
                                                  request=seq)
             except protocol.ProtocolError as e:
                 self.errors[e.code] += 1
+                self._note(connection, errors=1)
                 await send(protocol.error(0, e.code, e.message, e.request))
             except Exception as e:  # a bug in a request must not take the server down
                 self.errors["internal"] += 1
+                self._note(connection, errors=1)
                 await send(protocol.error(0, "internal", f"{type(e).__name__}: {e}", seq))
 
     def _observation(self, obs: Any, seq: int) -> dict[str, np.ndarray]:
@@ -336,6 +420,13 @@ class PolicyServer:
                 "connections": {**self.counts, "open": len(self.open), "unauthenticated": len(self.pending)}}
 
 
+def _peer_address(transport) -> str:
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
+    return str(peer)
+
+
 def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     if cert is None:
         return None
@@ -345,9 +436,17 @@ def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     return context
 
 
-async def _serve(args: ServeArgs, secret: bytes | None, policy) -> None:
+def websocket_server(server: PolicyServer, host: str, port: int, context: ssl.SSLContext | None = None):
+    """The websocket server of ``server`` (an async context manager; ``rlrobot serve`` and the tests use it)."""
     from websockets.asyncio.server import serve
 
+    return serve(server.handle, host, port, max_size=server.max_frame_bytes + FRAME_SLACK_BYTES, max_queue=4,
+                 compression=None, open_timeout=server.hello_timeout_s, ssl=context,
+                 create_connection=server.connection_class(), logger=logging.getLogger(WS_LOGGER))
+
+
+async def _serve(args: ServeArgs, secret: bytes | None, policy) -> None:
+    install_log_handler()
     install_log_rate_limit()
     server = PolicyServer(policy, secret, args.max_frame_bytes, args.max_connections, args.max_unauthenticated,
                           args.hello_timeout_s)
@@ -355,15 +454,15 @@ async def _serve(args: ServeArgs, secret: bytes | None, policy) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
     context = tls_context(args.tls_cert, args.tls_key)
-    async with serve(server.handle, args.host, args.port, max_size=args.max_frame_bytes + FRAME_SLACK_BYTES,
-                     max_queue=4, compression=None, open_timeout=args.hello_timeout_s, ssl=context,
-                     create_connection=server.connection_class()) as ws_server:
+    async with websocket_server(server, args.host, args.port, context) as ws_server:
         port = ws_server.sockets[0].getsockname()[1]
         scheme = "wss" if context is not None else "ws"
         print(json.dumps({"event": "listening", "url": f"{scheme}://{args.host}:{port}", "policy": policy.metadata,
                           "authenticated": secret is not None, "tls": context is not None,
                           "protocol": protocol.PROTOCOL_VERSION}), flush=True)
         await stop
+        for peer in server.peers.values():
+            peer.reason = peer.reason or "the server stopped"
     server.decoder.shutdown(wait=False, cancel_futures=True)
     print(json.dumps({"event": "stopped", **server.stats()}), flush=True)
 
@@ -380,6 +479,8 @@ def run_server(args: ServeArgs) -> None:
     policy = LoadedPolicy(args.checkpoint, args.device)
     try:
         asyncio.run(_serve(args, secret, policy))
-    except OSError as e:
-        print(f"cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
-        raise
+    except OSError as e:  # the only OSError out of _serve: binding the listening socket
+        raise ListenError(f"cannot listen on {args.host}:{args.port} ({type(e).__name__}: {e}): "
+                          + ("the host name does not resolve" if isinstance(e, socket.gaierror) else
+                             "another program may be using the port (choose another --port), or the host is not an "
+                             "address of this machine")) from e

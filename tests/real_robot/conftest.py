@@ -91,3 +91,46 @@ def server(expert_checkpoint):
     srv = ServerProcess(expert_checkpoint)
     yield srv
     srv.stop()
+
+
+def self_signed_certificate(tmp_path):
+    """(cert.pem, key.pem) of a self-signed certificate for 127.0.0.1 (cryptography or the openssl CLI; else skip)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    try:
+        from cryptography import x509  # noqa: F401
+
+        have_cryptography = True
+    except ImportError:
+        have_cryptography = False
+    if have_cryptography:
+        make_self_signed_with_cryptography(cert, key)
+    elif subprocess.run(["which", "openssl"], capture_output=True).returncode == 0:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+    else:
+        pytest.skip("neither the cryptography package nor the openssl CLI is available to make a test certificate")
+    return cert, key
+
+
+def make_self_signed_with_cryptography(cert_path, key_path):
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))

@@ -45,7 +45,7 @@ def test_deploy_through_the_server_and_bad_input(tmp_path, server):
     summary = json.loads(out.read_text())
     assert summary["round_trip"]["count"] == 100 and summary["round_trip"]["median_ms"] > 0
     p = deploy("--robot", "twin", "--server", server.url, "--token", "wrong", check=False)
-    assert p.returncode != 0 and "unauthenticated" in p.stdout + p.stderr
+    assert p.returncode == 2 and "refused authentication" in p.stdout + p.stderr and "Traceback" not in p.stderr
     p = deploy("--robot", "twin", check=False)
     assert p.returncode != 0 and "exactly one of --checkpoint" in p.stdout + p.stderr
     p = deploy("--robot", "ur5", "--checkpoint", "x", check=False)
