@@ -14,7 +14,7 @@ import tyro
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
 COMMANDS = {
     "train": "train a policy (rlrobot train --algo X --help: the options of algorithm X)",
     "eval": "evaluate a checkpoint or run directory in its task",

@@ -15,7 +15,7 @@ from rich.console import Console
 from rlrobot.data.demonstrations import RLROBOT_META, image_feature, obs_feature
 from rlrobot.data.lerobot_dataset import LeRobotDatasetWriter
 
-console = Console()
+console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
 
 
 @dataclass

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from rlrobot.data.lerobot_dataset import read_lerobot_dataset
 
-console = Console()
+console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
 RLROBOT_META = "meta/rlrobot.json"
 
 

@@ -29,7 +29,7 @@ from rlrobot.policies.registry import build_policy, check_compatible, policy_kin
 from rlrobot.runners.checkpoint import load_checkpoint, load_trainer_state, newest_intact_checkpoint, save_checkpoint
 from rlrobot.runners.evaluation import evaluate
 
-console = Console()
+console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
 
 
 class Runner(abc.ABC):
