@@ -120,6 +120,13 @@ class EpisodeResult:
     operator clears it"""
     success: bool | None = None
     holds: int = 0
+    """control ticks on which the arm held (braked towards rest, then stayed) instead of acting: no action for that
+    tick had arrived in time (inference or network slower than the control period), or none fresh for watchdog_s"""
+    clamped_steps: int = 0
+    """acting ticks on which the safety supervisor changed the policy's command (joint, velocity, acceleration or
+    workspace limit)"""
+    episode_return: float | None = None
+    """the task's reward summed over the episode, where the robot knows it (the twin); None on hardware"""
     fresh_chunks: int = 0
     late_chunks: int = 0
     """answers that arrived after all their actions' time had passed: dropped, and not counted as fresh"""
@@ -240,6 +247,8 @@ class ChunkExecutor:
                                 if v - interventions_before.get(k, 0) > 0}
         if hasattr(self.robot, "success"):
             result.success = self.robot.success()
+        if getattr(self.robot, "episode_return", None) is not None:
+            result.episode_return = float(self.robot.episode_return)
         return result
 
     def _loop(self, max_steps: int, instruction: str | None, result: EpisodeResult, round_trips: RunningStats,
@@ -298,7 +307,9 @@ class ChunkExecutor:
                 held = True
             else:
                 targets = self.bridge.joint_targets(action, reading, sup.last_command)
+                before = sum(sup.interventions.values())
                 command = sup.filter(targets)
+                result.clamped_steps += sum(sup.interventions.values()) != before
                 self._write("act", command)
                 held = False
             if self.recorder is not None:

@@ -39,12 +39,27 @@ def _positive_finite(name: str, value) -> None:
         raise ValueError(f"safety.{name}={value!r} must be a finite number > 0")
 
 
+# Defaults from the SO-101's servos, the Feetech STS3215 (all six joints of the LeRobot follower, gear 1/345):
+# - speed: no-load 0.222 s / 60 deg at 7.4 V (the 12 V C018 measures the same 45-46 rpm) = 4.7 rad/s. The arm cannot
+#   turn faster, so a faster command only lets the target run ahead of the arm;
+# - acceleration: LeRobot's SO-101 follower writes Acceleration = 254 to every servo at connect
+#   (FeetechMotorsBus.configure_motors), in units of 100 steps/s^2 of a 4096-step turn: 25400 steps/s^2 = 39 rad/s^2,
+#   the ramp the servo itself follows (the register's largest value short of 0 = no ramp).
+# The old defaults (6 rad/s, 150 rad/s^2) were above both; at 25 Hz they allowed 0.24 rad of step change per tick.
+STS3215_MAX_VELOCITY = 4.7
+STS3215_MAX_ACCELERATION = 39.0
+LATCH_KINDS = ("estop", "watchdog_disable", "fault", "latch")
+"""interventions that latch the supervisor: logged as warnings (the others, per-step clamps, at debug level)"""
+
+
 @dataclass
 class SafetyConfig:
-    max_joint_velocity: float = 6.0
-    """rad/s per joint; a command further than velocity x dt from the previous one is clamped"""
-    max_joint_acceleration: float = 150.0
-    """rad/s^2 per joint (a change of per-step velocity above acceleration x dt^2 is clamped)"""
+    max_joint_velocity: float = STS3215_MAX_VELOCITY
+    """rad/s per joint; a command further than velocity x dt from the previous one is clamped. Default: the SO-101's
+    STS3215 servo at full speed (no-load 0.222 s/60 deg = 4.7 rad/s)"""
+    max_joint_acceleration: float = STS3215_MAX_ACCELERATION
+    """rad/s^2 per joint (a change of per-step velocity above acceleration x dt^2 is clamped). Default: the ramp
+    LeRobot sets on the SO-101's STS3215 servos (Acceleration register 254 x 100 steps/s^2 = 39 rad/s^2)"""
     workspace_low: tuple[float, float, float] | None = None
     """TCP box corner (m, robot base frame); targets whose TCP leaves the box are refused"""
     workspace_high: tuple[float, float, float] | None = None
@@ -115,8 +130,10 @@ class SafetySupervisor:
             self._count(kind, reason)
 
     def _count(self, kind: str, detail: str) -> None:
+        """Count an intervention; per-step ones are logged at debug level (``rlrobot deploy --verbose`` shows them;
+        deploy's table counts them per episode), the latching ones as warnings."""
         self.interventions[kind] += 1
-        log.warning("safety intervention %s: %s", kind, detail)
+        log.log(logging.WARNING if kind in LATCH_KINDS else logging.DEBUG, "safety intervention %s: %s", kind, detail)
 
     def _check(self) -> None:
         if self.estopped:

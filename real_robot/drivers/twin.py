@@ -37,6 +37,7 @@ class TwinRobot:
         self.task, self.seed = task, seed
         self.latency_steps, self.obs_noise_std, self.cameras = latency_steps, obs_noise_std, cameras
         self.env = None
+        self.episode_return: float | None = None
         self.rng = np.random.default_rng(seed)
         self.episode = 0
         self.holding = False
@@ -60,6 +61,8 @@ class TwinRobot:
         self.env.reset(seed=self.seed + self.episode if seed is None else seed)
         self.episode += 1
         self.holding, self.disabled, self.hold_started = False, False, None
+        self.episode_return = 0.0
+        """the task's reward summed over this episode's control steps (acting and holding)"""
         self._last_targets = self.env.ctrl[0].copy()
         self._pending.clear()
 
@@ -81,7 +84,8 @@ class TwinRobot:
         applied = self._pending.popleft() if len(self._pending) > self.latency_steps else self._last_targets
         self._last_targets = applied
         action = torch.from_numpy(_normalize_joint(applied).astype(np.float32)[None])
-        self.env.step(action.clamp(-1.0, 1.0))
+        reward = self.env.step(action.clamp(-1.0, 1.0))[1]
+        self.episode_return += float(reward[0])
 
     def act(self, joint_targets: np.ndarray) -> None:
         targets = np.asarray(joint_targets, np.float64)
