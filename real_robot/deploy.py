@@ -5,6 +5,18 @@
     rlrobot deploy --robot lerobot --lerobot-port /dev/ttyACM0 --checkpoint runs/reach --target 0.18 0.05 0.08
     rlrobot deploy --robot twin --server wss://policy-host:8765 --tls-ca server-cert.pem --token $TOKEN
 
+Output: one line per episode as it ends, then a table of the episodes (steps, success, return where the robot knows
+it, holds, clamped steps, refused and late answers, how it ended) and a summary; ``--json-out FILE`` writes every
+number as JSON, ``--verbose`` also logs each safety intervention as it happens.
+
+- *holds*: control ticks on which the arm kept still (braking to rest through the supervisor) instead of acting,
+  because no action for that tick had arrived in time: inference or the network was slower than the control period,
+  or no fresh answer came for ``--safety.watchdog-s``. A few at the start of an episode over a slow link are normal;
+  many mean the policy cannot keep up with the control rate.
+- *clamped*: acting ticks on which the safety supervisor changed the policy's command (joint, velocity, acceleration
+  or workspace limit). The default limits are the SO-101's servos' (``SafetyConfig``); a policy clamped on most steps
+  asks for motions the arm cannot make.
+
 Safety policy: an e-stop, a watchdog disable (the server went silent for ``safety.disable_after_s``) or a fault of the
 control loop holds and disables the arm and *latches*: no further episode starts in this run, and the summary says
 why (``latched``). Re-arming is an operator's deliberate act: fix the cause and start ``rlrobot deploy`` again.
@@ -12,16 +24,22 @@ why (``latched``). Re-arming is an operator's deliberate act: fix the cause and 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.table import Table
 
 from .drivers import DRIVERS, make_robot
-from .executor import ChunkExecutor, ControlLoopFault, ExecutorConfig
+from .executor import ChunkExecutor, ControlLoopFault, EpisodeResult, ExecutorConfig
 from .safety import SafetyConfig, SafetySupervisor
 
 
@@ -60,6 +78,9 @@ class DeployArgs:
     estop_key: bool = False
     """watch stdin: an empty line or 'e' triggers the e-stop (SIGUSR1 always does)"""
     json_out: str | None = None
+    """write the full report (summary, per-episode numbers, latencies) as JSON to this file"""
+    verbose: bool = False
+    """log every safety intervention (each clamped command) as it happens; by default they are counted per episode"""
 
     def validate(self) -> None:
         if self.robot not in DRIVERS:
@@ -87,37 +108,94 @@ class DeployArgs:
                 raise ValueError(f"tls_ca={self.tls_ca!r} is not a readable file")
 
 
-def run_deploy(args: DeployArgs) -> dict[str, Any]:
+@contextlib.contextmanager
+def _deploy_logging(verbose: bool):
+    """--verbose: every safety intervention (per-step clamps are debug records) and the executor's debug lines on
+    stderr, as they happen. Restored afterwards."""
+    if not verbose:
+        yield
+        return
+    names = ("rlrobot.safety", "rlrobot.executor")
+    saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in names]
+    handler = None
+    if not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logging.getLogger("rlrobot").addHandler(handler)
+    for logger, _ in saved:
+        logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
+        if handler is not None:
+            logging.getLogger("rlrobot").removeHandler(handler)
+
+
+def _open_source(args: DeployArgs):
+    """(policy source, its metadata): the checkpoint in this process, or a connected PolicyClient."""
     import os
+
+    if args.checkpoint is not None:
+        from .policy_runtime import LoadedPolicy
+
+        source = LoadedPolicy(args.checkpoint)  # times every inference in bounded RunningStats
+        return source, source.metadata
+    from .client import PolicyClient
+
+    source = PolicyClient(args.server, token=args.token or os.environ.get("RLROBOT_TOKEN"), timeout_s=args.timeout_s,
+                          tls_ca=args.tls_ca)
+    return source, source.connect()  # a ServerConnectError (ConnectionError) says what to check
+
+
+def _make_deploy_robot(args: DeployArgs, task: str, metadata: dict[str, Any]):
+    if args.robot == "twin":
+        return make_robot("twin", task=task, seed=args.seed, latency_steps=args.twin_latency_steps,
+                          obs_noise_std=args.twin_obs_noise, cameras=args.cameras)
+    context = {"target": args.target} if args.target is not None else {}
+    return make_robot("lerobot", port=args.lerobot_port, robot_id=args.lerobot_id, context=context,
+                      control_rate_hz=metadata.get("control_rate_hz") or 25.0)
+
+
+def _episode_record(k: int, result: EpisodeResult) -> dict[str, Any]:
+    return {"episode": k, "steps": result.steps, "success": result.success, "return": result.episode_return,
+            "holds": result.holds, "clamped_steps": result.clamped_steps, "aborted": result.aborted,
+            "abort_reason": result.abort_reason, "latched": result.latched, "late_chunks": result.late_chunks,
+            "refused_chunks": result.refused_chunks, "inference_failures": result.inference_failures,
+            "interventions": result.interventions}
+
+
+def _yes_no(value: bool | None) -> str:
+    return "?" if value is None else ("yes" if value else "no")
+
+
+def _episode_line(record: dict[str, Any], total: int) -> str:
+    parts = [f"{record['steps']} steps", {True: "success", False: "no success", None: "success unknown"}[record["success"]]]
+    if record["return"] is not None:
+        parts.append(f"return {record['return']:.1f}")
+    parts += [f"{record['holds']} holds", f"{record['clamped_steps']} clamped"]
+    if record["aborted"]:
+        parts.append(f"ABORTED: {record['abort_reason']}")
+    return f"episode {record['episode'] + 1}/{total}: " + ", ".join(parts)
+
+
+def run_deploy(args: DeployArgs) -> dict[str, Any]:
     import signal
 
     from .bridge import TaskBridge
 
     args.validate()
-    token = args.token or os.environ.get("RLROBOT_TOKEN")
-    if args.checkpoint is not None:
-        from .policy_runtime import LoadedPolicy
-        source = LoadedPolicy(args.checkpoint)  # times every inference in bounded RunningStats
-        metadata = source.metadata
-    else:
-        from .client import PolicyClient
-
-        source = PolicyClient(args.server, token=token, timeout_s=args.timeout_s, tls_ca=args.tls_ca)
-        metadata = source.connect()
+    source, metadata = _open_source(args)
     task, control_mode = metadata["task"], metadata["control_mode"]
     if control_mode is None:
         raise ValueError(f"the policy was trained on {task!r}, which has no robot-side model (native tasks only)")
     bridge = TaskBridge(task, control_mode)
-    if args.robot == "twin":
-        robot = make_robot("twin", task=task, seed=args.seed, latency_steps=args.twin_latency_steps,
-                           obs_noise_std=args.twin_obs_noise, cameras=args.cameras)
-    else:
-        context = {"target": args.target} if args.target is not None else {}
-        robot = make_robot("lerobot", port=args.lerobot_port, robot_id=args.lerobot_id, context=context,
-                           control_rate_hz=metadata.get("control_rate_hz") or 25.0)
+    robot = _make_deploy_robot(args, task, metadata)
     robot.connect()
     supervisor = SafetySupervisor(args.safety, robot.joint_low, robot.joint_high, 1.0 / robot.control_rate_hz,
                                   forward_kinematics=bridge.tcp_position)
+    previous_usr1 = signal.getsignal(signal.SIGUSR1) if hasattr(signal, "SIGUSR1") else None
     if hasattr(signal, "SIGUSR1"):
         supervisor.install_signal_estop(signal.SIGUSR1)
     if args.estop_key:
@@ -132,37 +210,48 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
                                    bridge.action_dim, robot.joint_names, images)
     executor = ChunkExecutor(robot, bridge, source, supervisor, args.executor, recorder)
     max_steps = args.max_steps or bridge.shadow.max_episode_steps
-    episodes = []
+    console = Console(width=max(Console().width, 120), highlight=False)
+    console.print(f"deploy {task} ({control_mode}) from {args.server or args.checkpoint} on the {args.robot}: "
+                  f"{args.episodes} episodes of up to {max_steps} steps at {robot.control_rate_hz:g} Hz; limits "
+                  f"{args.safety.max_joint_velocity:g} rad/s, {args.safety.max_joint_acceleration:g} rad/s^2 "
+                  f"(e-stop: kill -USR1 {os.getpid()}{' or Enter' if args.estop_key else ''})", soft_wrap=True)
+    episodes: list[EpisodeResult] = []
+    records: list[dict[str, Any]] = []
     fault = None
+    interrupted = False
     try:
-        for k in range(args.episodes):
-            if k > 0 and hasattr(robot, "reset_episode"):
-                robot.reset_episode()
-            try:
-                result = executor.run_episode(max_steps)
-            except ControlLoopFault as e:
-                fault = e
+        with _deploy_logging(args.verbose):
+            for k in range(args.episodes):
+                if k > 0 and hasattr(robot, "reset_episode"):
+                    robot.reset_episode()
+                try:
+                    result = executor.run_episode(max_steps)
+                except ControlLoopFault as e:
+                    fault = e
+                    if recorder is not None:
+                        recorder.discard_episode()
+                    break
                 if recorder is not None:
-                    recorder.discard_episode()
-                print(json.dumps({"event": "fault", "episode": k, "reason": str(e)}), flush=True)
-                break
-            if recorder is not None:
-                recorder.save_episode()
-            episodes.append(result)
-            print(json.dumps({"episode": k, "steps": result.steps, "success": result.success, "aborted": result.aborted,
-                              "abort_reason": result.abort_reason, "holds": result.holds,
-                              "late_chunks": result.late_chunks, "refused_chunks": result.refused_chunks,
-                              "interventions": result.interventions}), flush=True)
-            if supervisor.estopped:  # latched: no further episode starts without an operator
-                print(json.dumps({"event": "latched", "reason": supervisor.estop_reason,
-                                  "episodes_left": args.episodes - k - 1}), flush=True)
-                break
+                    recorder.save_episode()
+                episodes.append(result)
+                records.append(_episode_record(k, result))
+                console.print(_episode_line(records[-1], args.episodes), soft_wrap=True)
+                if supervisor.estopped:  # latched: no further episode starts without an operator
+                    break
+    except KeyboardInterrupt:  # Ctrl-C: in an episode the executor has held, disabled and latched already
+        interrupted = True
+        executor._emergency_stop()
+        supervisor.latch("interrupted (Ctrl-C)", kind="estop")
+        if recorder is not None:
+            recorder.discard_episode()
     finally:
         executor.close()
         robot.disconnect()
         bridge.close()
         if hasattr(source, "close"):
             source.close()
+        if previous_usr1 is not None:
+            signal.signal(signal.SIGUSR1, previous_usr1)
     # in-process the "round trip" is the inference call itself
     round_trip = executor.round_trips.summary() if args.server is not None else source.latencies.summary()
     summary = {
@@ -170,22 +259,83 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
         "episodes_requested": args.episodes,
         "success_rate": float(np.mean([bool(e.success) for e in episodes]))
         if episodes and episodes[0].success is not None else None,
+        "mean_return": float(np.mean([e.episode_return for e in episodes]))
+        if episodes and episodes[0].episode_return is not None else None,
         "aborted": sum(e.aborted for e in episodes),
         "latched": supervisor.estop_reason if supervisor.estopped else None,
         "fault": str(fault) if fault is not None else None,
+        "interrupted": interrupted,
+        "steps": sum(e.steps for e in episodes),
         "holds": sum(e.holds for e in episodes),
+        "clamped_steps": sum(e.clamped_steps for e in episodes),
         "late_chunks": sum(e.late_chunks for e in episodes),
         "refused_chunks": sum(e.refused_chunks for e in episodes),
         "interventions": dict(sorted(supervisor.interventions.items())),
+        "limits": {"max_joint_velocity": args.safety.max_joint_velocity,
+                   "max_joint_acceleration": args.safety.max_joint_acceleration},
         "round_trip": round_trip,
         "control_jitter": executor.jitter.summary(),
         "inference_failures": sum(e.inference_failures for e in episodes),
         "dropped_frames": dict(getattr(source, "dropped", {})),
         "recorded": args.record,
+        "per_episode": records,
     }
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=2))
-    print(json.dumps({"summary": summary}), flush=True)
+    print_report(console, summary, args.json_out)
     if fault is not None:  # the arm is held and disabled; say so in one line and fail the command
         raise SystemExit(f"error: {fault}")
+    if interrupted:
+        raise SystemExit(130)
     return summary
+
+
+HOLDS_HELP = ("a hold is a control tick on which the arm kept still (braking to rest through the supervisor) instead "
+              "of acting, because no action for that tick had arrived in time: inference or the network was slower "
+              "than the control period, or no fresh answer came for --safety.watchdog-s (after "
+              "--safety.disable-after-s the arm is disabled and the run latches)")
+
+
+def _ms(stats: dict[str, Any], key: str) -> str:
+    return f"{stats[key]:.1f} ms" if key in stats else "-"
+
+
+def print_report(console: Console, summary: dict[str, Any], json_out: str | None) -> None:
+    """The per-episode table and a readable summary (the full numbers are in --json-out)."""
+    table = Table(title=f"{summary['task']} on the {summary['robot']}", title_justify="left")
+    for column in ("episode", "steps", "success", "return", "holds", "clamped", "refused", "late", "ended"):
+        table.add_column(column, justify="left" if column in ("success", "ended") else "right")
+    for r in summary["per_episode"]:
+        ended = f"aborted: {r['abort_reason']}" if r["aborted"] else "ok"
+        table.add_row(str(r["episode"] + 1), str(r["steps"]), _yes_no(r["success"]),
+                      "-" if r["return"] is None else f"{r['return']:.1f}", str(r["holds"]), str(r["clamped_steps"]),
+                      str(r["refused_chunks"]), str(r["late_chunks"]), ended)
+    console.print(table)
+    n, steps = summary["episodes"], summary["steps"]
+    lines = [f"episodes: {n} of {summary['episodes_requested']} ran, {summary['aborted']} aborted"]
+    if summary["success_rate"] is not None:
+        lines.append(f"success: {round(summary['success_rate'] * n)}/{n} ({summary['success_rate']:.0%})"
+                     + (f", mean return {summary['mean_return']:.1f}" if summary["mean_return"] is not None else ""))
+    lines.append(f"holds: {summary['holds']} of {steps} steps; {HOLDS_HELP}")
+    limits = summary["limits"]
+    kinds = ", ".join(f"{k} {v}" for k, v in summary["interventions"].items()) or "none"
+    lines.append(f"safety: the supervisor changed the command on {summary['clamped_steps']} of {steps - summary['holds']} "
+                 f"acting steps ({summary['clamped_steps'] / max(steps - summary['holds'], 1):.0%}); interventions: "
+                 f"{kinds} (limits {limits['max_joint_velocity']:g} rad/s, {limits['max_joint_acceleration']:g} rad/s^2; "
+                 f"--verbose logs each one)")
+    rt, jitter = summary["round_trip"], summary["control_jitter"]
+    lines.append(f"timing: round trip median {_ms(rt, 'median_ms')}, p99 {_ms(rt, 'p99_ms')}; control jitter p99 "
+                 f"{_ms(jitter, 'p99_ms')}; {summary['late_chunks']} late and {summary['refused_chunks']} refused answers, "
+                 f"{summary['inference_failures']} failed requests")
+    if summary["dropped_frames"]:
+        lines.append(f"dropped frames (not answers to our requests): {summary['dropped_frames']}")
+    if summary["latched"]:
+        lines.append(f"[bold red]LATCHED[/]: {summary['latched']}; the arm was held and disabled and no further episode "
+                     f"ran. Fix the cause, re-enable the robot and start rlrobot deploy again")
+    if summary["interrupted"]:
+        lines.append("[bold red]INTERRUPTED[/] (Ctrl-C): the arm was held and disabled")
+    if summary["recorded"]:
+        lines.append(f"recorded: {summary['recorded']}")
+    lines.append(f"full report: {json_out}" if json_out else "full report as JSON: --json-out FILE")
+    for line in lines:
+        console.print(line, soft_wrap=True)

@@ -48,6 +48,10 @@ def _positive_finite(name: str, value) -> None:
 # The old defaults (6 rad/s, 150 rad/s^2) were above both; at 25 Hz they allowed 0.24 rad of step change per tick.
 STS3215_MAX_VELOCITY = 4.7
 STS3215_MAX_ACCELERATION = 39.0
+ENCODER_STEP = 2 * math.pi / 4096
+"""one count of the STS3215's 12-bit encoder (rad): a clamp smaller than this is applied but not counted as an
+intervention (the servo cannot resolve it; e.g. the braking window shaves ~1e-5 rad off a step that ends at a joint
+limit)"""
 LATCH_KINDS = ("estop", "watchdog_disable", "fault", "latch")
 """interventions that latch the supervisor: logged as warnings (the others, per-step clamps, at debug level)"""
 
@@ -169,14 +173,14 @@ class SafetySupervisor:
             self._count("nonfinite", f"rejected {targets}")
             return self._brake()
         clamped = targets.clip(self.joint_low, self.joint_high)
-        if not np.array_equal(clamped, targets):
+        if np.abs(clamped - targets).max() > ENCODER_STEP:  # every clamp is applied; counted when the servo can see it
             self._count("joint_limit", f"{targets} -> {clamped}")
         wanted = clamped - self._last
         lo, hi = self._window()
         step = wanted.clip(lo, hi)
-        if np.abs(wanted).max() > self.max_step:
+        if np.abs(wanted).max() > self.max_step + ENCODER_STEP:
             self._count("velocity", f"step {np.abs(wanted).max():.3f} rad > {self.max_step:.3f}")
-        if not np.array_equal(step, wanted.clip(-self.max_step, self.max_step)):
+        if np.abs(step - wanted.clip(-self.max_step, self.max_step)).max() > ENCODER_STEP:
             self._count("acceleration", f"step {np.round(wanted, 4)} -> {np.round(step, 4)}")
         command = self._last + step
         if self.cfg.workspace_low is not None:

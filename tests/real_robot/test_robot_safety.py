@@ -232,7 +232,7 @@ def test_deploy_reports_the_latch_and_stops(tmp_path, server):
     assert p.returncode == 0, p.stderr
     summary = json.loads(out.read_text())
     assert summary["episodes"] == 1 and summary["episodes_requested"] == 3 and summary["aborted"] == 1
-    assert summary["latched"].startswith("watchdog") and '"event": "latched"' in p.stdout
+    assert summary["latched"].startswith("watchdog") and "LATCHED: watchdog" in p.stdout
 
 
 # ---------------------------------------------------------------------------------------------- item 11
