@@ -158,6 +158,24 @@ def _make_deploy_robot(args: DeployArgs, task: str, metadata: dict[str, Any]):
                       control_rate_hz=metadata.get("control_rate_hz") or 25.0)
 
 
+def _connect_robot(args: DeployArgs, task: str, metadata: dict[str, Any], bridge, source):
+    """The connected robot; if that fails, bridge and policy source are closed and an OSError (a serial port that is
+    missing or busy) becomes a ConnectionError that says what to check."""
+    try:
+        robot = _make_deploy_robot(args, task, metadata)
+        robot.connect()
+        return robot
+    except BaseException as e:
+        bridge.close()
+        if hasattr(source, "close"):
+            source.close()
+        if isinstance(e, OSError) and not isinstance(e, ConnectionError):
+            where = f" at {args.lerobot_port}" if args.robot == "lerobot" else ""
+            raise ConnectionError(f"cannot connect to the {args.robot} robot{where} ({type(e).__name__}: {e}): check the "
+                                  f"cable, --lerobot-port and that no other program holds the port") from e
+        raise
+
+
 def _episode_record(k: int, result: EpisodeResult) -> dict[str, Any]:
     return {"episode": k, "steps": result.steps, "success": result.success, "return": result.episode_return,
             "holds": result.holds, "clamped_steps": result.clamped_steps, "aborted": result.aborted,
@@ -191,8 +209,7 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
     if control_mode is None:
         raise ValueError(f"the policy was trained on {task!r}, which has no robot-side model (native tasks only)")
     bridge = TaskBridge(task, control_mode)
-    robot = _make_deploy_robot(args, task, metadata)
-    robot.connect()
+    robot = _connect_robot(args, task, metadata, bridge, source)
     supervisor = SafetySupervisor(args.safety, robot.joint_low, robot.joint_high, 1.0 / robot.control_rate_hz,
                                   forward_kinematics=bridge.tcp_position)
     previous_usr1 = signal.getsignal(signal.SIGUSR1) if hasattr(signal, "SIGUSR1") else None
@@ -240,8 +257,9 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
                     break
     except KeyboardInterrupt:  # Ctrl-C: in an episode the executor has held, disabled and latched already
         interrupted = True
-        executor._emergency_stop()
-        supervisor.latch("interrupted (Ctrl-C)", kind="estop")
+        if not supervisor.estopped:  # between episodes: nothing has stopped the arm yet
+            executor._emergency_stop()
+            supervisor.latch("interrupted (Ctrl-C)", kind="estop")
         if recorder is not None:
             recorder.discard_episode()
     finally:

@@ -51,3 +51,43 @@ def test_help_explains_holds_and_the_default_limits(flag, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "STS3215" in text and "4.7" in text and "39" in text
     assert "--verbose" in text and "--json-out" in text
+
+
+def test_ctrl_c_holds_disables_and_reports(expert_checkpoint, tmp_path, capsys, monkeypatch):
+    """Ctrl-C in the second episode: the arm is held and disabled, the first episode is reported, exit code 130."""
+    from rlrobot.real_robot.drivers.twin import TwinRobot
+    from rlrobot.real_robot.executor import ChunkExecutor
+
+    loop, calls, twins = ChunkExecutor._loop, [], []
+
+    def interrupted_loop(self, *args):
+        calls.append(1)
+        twins.append(self.robot)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return loop(self, *args)
+
+    monkeypatch.setattr(ChunkExecutor, "_loop", interrupted_loop)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["deploy", "--robot", "twin", "--checkpoint", str(expert_checkpoint), "--episodes", "3",
+              "--executor.no-realtime"])
+    assert exit_info.value.code == 130
+    text = capsys.readouterr().out
+    assert "episode 1/3" in text and "episode 2/3" not in text and "INTERRUPTED (Ctrl-C)" in text
+    assert "Traceback" not in text and isinstance(twins[-1], TwinRobot)
+    assert [kind for _, kind, _ in list(twins[-1].commands)[-2:]] == ["hold", "disable"]
+
+
+def test_a_robot_that_cannot_connect_is_a_one_line_error(expert_checkpoint, capsys, monkeypatch):
+    from rlrobot.real_robot import deploy as deploy_module
+
+    class Unplugged:
+        def connect(self):
+            raise OSError(2, "could not open port /dev/ttyACM9")
+
+    monkeypatch.setattr(deploy_module, "make_robot", lambda *a, **k: Unplugged())
+    with pytest.raises(SystemExit) as exit_info:
+        main(["deploy", "--robot", "lerobot", "--lerobot-port", "/dev/ttyACM9", "--checkpoint", str(expert_checkpoint)])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and "cannot connect to the lerobot robot at /dev/ttyACM9" in lines[0]
