@@ -59,11 +59,11 @@ LATCH_KINDS = ("estop", "watchdog_disable", "fault", "latch")
 @dataclass
 class SafetyConfig:
     max_joint_velocity: float = STS3215_MAX_VELOCITY
-    """rad/s per joint; a command further than velocity x dt from the previous one is clamped. Default: the SO-101's
-    STS3215 servo at full speed (no-load 0.222 s/60 deg = 4.7 rad/s)"""
+    """rad/s per joint; a command further than velocity x dt from the previous one is clamped.
+    Default: the SO-101's STS3215 servo at full speed (no-load 0.222 s/60 deg = 4.7 rad/s)"""
     max_joint_acceleration: float = STS3215_MAX_ACCELERATION
-    """rad/s^2 per joint (a change of per-step velocity above acceleration x dt^2 is clamped). Default: the ramp
-    LeRobot sets on the SO-101's STS3215 servos (Acceleration register 254 x 100 steps/s^2 = 39 rad/s^2)"""
+    """rad/s^2 per joint (a change of per-step velocity above acceleration x dt^2 is clamped).
+    Default: the ramp LeRobot sets on the SO-101's STS3215 servos (Acceleration register 254 x 100 steps/s^2 = 39 rad/s^2)"""
     workspace_low: tuple[float, float, float] | None = None
     """TCP box corner (m, robot base frame); targets whose TCP leaves the box are refused"""
     workspace_high: tuple[float, float, float] | None = None
