@@ -348,14 +348,15 @@ def test_tls_serves_wss_and_the_client_verifies_the_certificate(expert_checkpoin
     srv = ServerProcess(expert_checkpoint, extra=("--host", "127.0.0.1", "--tls-cert", str(cert), "--tls-key", str(key)))
     try:
         assert srv.url.startswith("wss://127.0.0.1:")
-        client = PolicyClient(srv.url, token=TOKEN, tls_ca=str(cert))
+        # a generous timeout: this checks TLS, not speed (a loaded CI machine once took > 1 s for the first handshake)
+        client = PolicyClient(srv.url, token=TOKEN, tls_ca=str(cert), timeout_s=10.0)
         assert client.connect()["task"] == "so101-reach"
         assert client.infer({"state": OBS[0]}).shape == (1, 5)
         client.close()
         with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):  # the system CAs do not know it
-            PolicyClient(srv.url, token=TOKEN).connect()
+            PolicyClient(srv.url, token=TOKEN, timeout_s=10.0).connect()
         with pytest.raises(ConnectionError):  # plaintext to a TLS port
-            PolicyClient(srv.url.replace("wss://", "ws://"), token=TOKEN).connect()
+            PolicyClient(srv.url.replace("wss://", "ws://"), token=TOKEN, timeout_s=10.0).connect()
     finally:
         srv.stop()
 
