@@ -109,23 +109,27 @@ class FlowPPOConfig(AlgorithmConfig):
         return run.num_envs * self.rollout_chunks * (run.flow.execute_steps or run.flow.chunk_size)
 
     def prepare(self, run) -> None:
-        """Fine-tuning starts from the ``--init`` checkpoint: its flow-policy architecture becomes this run's (a
-        checkpoint of another policy kind is refused)."""
-        if run.init in ("", "none") or run.resume:
-            return
-        from rlrobot.config import config_from_checkpoint
-        from rlrobot.policies.registry import policy_kind_of
-        from rlrobot.runners.checkpoint import load_config
+        adopt_init_architecture(run)
 
-        saved = load_config(run.init)
-        kind = policy_kind_of(saved)
-        if kind != "flow":
-            raise ValueError(f"init={run.init!r} holds a {kind!r} policy; algo={run.algo!r} fine-tunes a 'flow' policy "
-                             "(train one first with --algo sft)")
-        init_flow = config_from_checkpoint(saved).flow
-        if run.flow.execute_steps:  # given on this command line: it wins over the checkpoint's
-            init_flow.execute_steps = run.flow.execute_steps
-        run.flow = init_flow
+
+def adopt_init_architecture(run) -> None:
+    """Fine-tuning starts from the ``--init`` checkpoint: its flow-policy architecture becomes this run's (a
+    checkpoint of another policy kind is refused)."""
+    if run.init in ("", "none") or run.resume:
+        return
+    from rlrobot.config import config_from_checkpoint
+    from rlrobot.policies.registry import policy_kind_of
+    from rlrobot.runners.checkpoint import load_config
+
+    saved = load_config(run.init)
+    kind = policy_kind_of(saved)
+    if kind != "flow":
+        raise ValueError(f"init={run.init!r} holds a {kind!r} policy; algo={run.algo!r} fine-tunes a 'flow' policy "
+                         "(train one first with --algo sft)")
+    init_flow = config_from_checkpoint(saved).flow
+    if run.flow.execute_steps:  # given on this command line: it wins over the checkpoint's
+        init_flow.execute_steps = run.flow.execute_steps
+    run.flow = init_flow
 
 
 class FlowPPO:
@@ -185,6 +189,12 @@ class FlowPPO:
         log_probs = log_probs[:, :, :self.executed_dim].mean(1)
         actions = chain[:, -1].reshape(batch, policy.chunk_size, policy.action_dim)
         return actions, chain, steps, log_probs, policy.value_from_embedding(emb)
+
+    def rollout_act(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """What the rollout needs: (actions [B, H, A], fields to store, value [B])."""
+        actions, chain, steps, log_probs, value = self.act(obs, generator)
+        return actions, {"chains": chain, "steps": steps, "log_probs": log_probs}, value
 
     def evaluate_chain(self, obs, chain, steps) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-element log-probs [B, E*A] of stored chains under the current parameters, entropy, value."""

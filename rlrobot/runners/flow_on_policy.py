@@ -1,4 +1,5 @@
-"""Flow-policy PPO runner (Flow-Noise / Flow-SDE): chunk rollouts -> GAE over chunks -> PPO on chain log-probs.
+"""Flow-policy RL runners: chunk rollouts -> GAE over chunks -> the algorithm's update. ``FlowOnPolicyRunner``
+trains Flow-Noise / Flow-SDE PPO (chain log-probs), ``FlowNFTRunner`` Flow-NFT (forward-process loss on the chunks).
 
 One macro step executes ``flow.execute_steps`` actions of every env's chunk. Its reward is the sum of the step rewards
 up to the first episode end inside the chunk; a time-out there adds gamma * V(final_obs); a chunk in which the episode
@@ -13,6 +14,7 @@ import time
 
 import torch
 
+from rlrobot.algorithms.flow_nft import FlowNFT
 from rlrobot.algorithms.flow_ppo import FlowPPO
 from rlrobot.config import TrainConfig
 from rlrobot.policies.registry import check_compatible
@@ -33,8 +35,17 @@ class FlowOnPolicyRunner(Runner):
             console.print("[yellow]--init none: the flow policy starts from random weights[/]")
         self.execute_steps = self.policy.execute_steps
         self.obs_keys = tuple(cfg.flow.obs_keys)
-        self.algo = FlowPPO(self.policy, cfg.flow_ppo, cfg.algo, self.device, cfg.num_envs, self.obs_specs(self.obs_keys),
-                            sync=self.data_parallel)
+        self.algo = self.make_algorithm()
+
+    def make_algorithm(self) -> FlowPPO | FlowNFT:
+        cfg = self.cfg
+        return FlowPPO(self.policy, cfg.flow_ppo, cfg.algo, self.device, cfg.num_envs, self.obs_specs(self.obs_keys),
+                       sync=self.data_parallel)
+
+    @property
+    def section(self):
+        """The algorithm's config section (rollout_chunks, gamma, lam)."""
+        return self.cfg.flow_ppo
 
     def train_iteration(self) -> dict[str, float]:
         start = time.perf_counter()
@@ -47,12 +58,13 @@ class FlowOnPolicyRunner(Runner):
                 **{f"loss/{k}": v for k, v in update_stats.items()}, **rollout_stats}
 
     def _rollout(self) -> dict[str, float]:
-        cfg, env, policy, algo = self.cfg, self.env, self.policy, self.algo
-        gamma = cfg.flow_ppo.gamma
+        env, policy, algo = self.env, self.policy, self.algo
+        section = self.section
+        gamma = section.gamma
         with torch.inference_mode():
             obs = self.obs
-            for _ in range(cfg.flow_ppo.rollout_chunks):
-                actions, chain, steps, log_probs, value = algo.act(obs, self.generator)
+            for _ in range(section.rollout_chunks):
+                actions, fields, value = algo.rollout_act(obs, self.generator)
                 chunk_obs = {k: obs[k] for k in self.obs_keys}
                 chunk_reward = torch.zeros(env.num_envs, device=self.device)
                 alive = torch.ones(env.num_envs, dtype=torch.bool, device=self.device)
@@ -65,10 +77,21 @@ class FlowOnPolicyRunner(Runner):
                     alive &= ~(terminated | truncated)
                     self.track_episodes(info)
                     obs = next_obs
-                algo.storage.add(chunk_obs, chains=chain, steps=steps, log_probs=log_probs, values=value,
-                                 rewards=chunk_reward, dones=(~alive).float())
+                algo.storage.add(chunk_obs, **fields, values=value, rewards=chunk_reward, dones=(~alive).float())
             last_values = policy.value(obs)
         self.obs = obs
-        algo.storage.compute_returns(last_values, gamma, cfg.flow_ppo.lam)
+        algo.storage.compute_returns(last_values, gamma, section.lam)
         return {"train/value_mean": float(algo.storage.values.mean()),
                 "train/chunk_reward_mean": float(algo.storage.rewards.mean())}
+
+
+class FlowNFTRunner(FlowOnPolicyRunner):
+    """Flow-NFT: the same chunk rollouts; the chunks (not the chains) are stored and trained on by flow matching."""
+
+    def make_algorithm(self) -> FlowNFT:
+        return FlowNFT(self.policy, self.cfg.flow_nft, self.device, self.cfg.num_envs, self.obs_specs(self.obs_keys),
+                       sync=self.data_parallel)
+
+    @property
+    def section(self):
+        return self.cfg.flow_nft

@@ -25,7 +25,8 @@ def test_builtin_algorithms_and_policy_kinds_are_registered():
 
 
 def test_unknown_algorithm_and_policy_kind_are_refused_with_the_registered_names():
-    with pytest.raises(ValueError, match="algo='dqn' is not a registered algorithm; registered: flow-noise, flow-sde, ppo"):
+    registered = ", ".join(sorted(algorithm_names()))
+    with pytest.raises(ValueError, match=f"algo='dqn' is not a registered algorithm; registered: {registered}$"):
         algorithm_spec("dqn")
     cfg = train_config("ppo")
     cfg.algo = "dqn"
@@ -47,6 +48,10 @@ def test_each_config_has_only_its_own_sections():
     assert {"sft", "flow", "dataset"} <= {f.name for f in dataclasses.fields(config_class("sft"))}
 
 
+def algo_spec_kind(algo: str) -> str:
+    return algorithm_spec(algo).policy_kind
+
+
 def _smoke_config(algo: str, tmp_path, demos) -> TrainConfig:
     common = dict(task="so101-reach", num_envs=4, out=str(tmp_path / algo), logger="none", video=False, eval_episodes=2,
                   eval_envs=2, num_threads=1, max_episode_steps=20)
@@ -59,9 +64,13 @@ def _smoke_config(algo: str, tmp_path, demos) -> TrainConfig:
         cfg.sac = dataclasses.replace(cfg.sac, learning_starts=8, batch_size=8, rollout_steps=4)
     elif algo == "sft":
         cfg.dataset, cfg.sft.num_updates, cfg.sft.updates_per_iteration, cfg.num_envs = str(demos), 4, 2, 1
-    else:
+    elif algo in ("flow-noise", "flow-sde"):
         cfg.init, cfg.flow_ppo.rollout_chunks, cfg.flow_ppo.num_minibatches = "none", 2, 2
-    if algo in ("sft", "flow-noise", "flow-sde"):
+    elif algo == "flow-nft":
+        cfg.init, cfg.flow_nft.rollout_chunks, cfg.flow_nft.num_minibatches = "none", 2, 2
+    else:
+        pytest.fail(f"give the registered algorithm {algo!r} small smoke-test settings here")
+    if algo_spec_kind(algo) == "flow":
         cfg.flow = dataclasses.replace(cfg.flow, **small_flow)
     cfg.total_steps = 2 * cfg.steps_per_iteration()
     return cfg

@@ -1,0 +1,285 @@
+"""Flow-NFT: forward-process RL for flow-matching action-chunk policies (DiffusionNFT, arXiv 2509.16117), top to bottom.
+
+Flow-Noise / Flow-SDE PPO need the likelihood of the denoising chain, hence stochastic denoising steps, a noise head
+or an SDE, and the chain stored per sample. NFT needs none of that: it samples chunks with any solver, scores them, and
+trains with a flow-matching loss on the *forward* (noising) process of the executed chunks.
+
+Symbols (the paper's, in openpi's time convention: t = 1 noise, t = 0 the chunk):
+  a          a chunk sampled by the rollout (sampler) policy, flattened [H*A]
+  x_t        = t * eps + (1 - t) * a,  eps ~ N(0, I),  t ~ U(0, 1) (fresh noise and time, not the sampling chain)
+  u          = eps - a, the flow-matching target velocity
+  v_theta    the velocity network being trained;  v_old the reference ("old") policy, a slowly updated copy
+  beta       the implicit-policy step:  v+ = (1 - beta) v_old + beta v_theta,   v- = (1 + beta) v_old - beta v_theta
+  A          the chunk's advantage (GAE over chunks with the value head, as flow-policy PPO), normalised to zero mean
+             and unit std over the rollout
+  r          optimality in [0, 1]:  r = clip(A / c, -1, 1) / 2 + 1/2  (c = ``adv_clip``); r = 1/2 is neutral
+  L(theta)   = E_{a, t, eps} [ c / beta * ( r * w+ ||v+ - u||^2 + (1 - r) * w- ||v- - u||^2 ) ]
+             + lambda_anchor * E ||v_theta - v_sft||^2          (CRD-style drift control toward the --init policy)
+
+Why it improves the policy: the minimiser of the r-weighted positive term is the velocity of the data distribution
+re-weighted by r, so v+ moves toward good chunks; the negative term's minimiser is the (1 - r)-weighted one, and v- is
+v+ mirrored around v_old, so both push v_theta the same way (toward r-weighted, away from (1 - r)-weighted chunks).
+With r = 1/2 everywhere the two terms cancel: the gradient is 2 beta^2 (v_theta - v_old), zero while theta = theta_old.
+With r = 1 and beta = 1 the loss is plain flow matching toward the sampled chunks.
+
+``weighting``: ``adaptive`` divides each sample's squared error by its detached mean absolute error (the paper's
+adaptive loss weight, which makes the loss scale-free across t; it measures the error in x0-space, where
+x0_hat - a = t (u - v), so the weight is t * mean|u - v|); ``none`` is the plain velocity-space MSE.
+
+Choices made here (the paper is about images; say so where it differs): one sample per observation (no group of
+rollouts from the same start state: the VecEnv resets envs independently), so r comes from the critic's GAE
+advantages rather than group-normalised rewards; only the executed part of each chunk enters the loss (the rest was
+never scored); the reference policy is updated after every iteration by a soft update theta_old <- eta theta_old +
+(1 - eta) theta with eta = min(ref_ema_ramp * iteration, ref_ema_max) (the paper's growing-EMA schedule; 0 / 0 = a
+hard copy, i.e. on-policy); the rollout samples with the current policy's ODE from random initial noise (any solver
+works: ``sampler=noise`` adds Flow-Noise steps for more exploration). The value head trains as in flow-policy PPO.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from rlrobot.algorithms.flow_ppo import InitCheckpoint, adopt_init_architecture
+from rlrobot.algorithms.ppo import clipped_value_loss, normalized_advantages
+from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
+from rlrobot.algorithms.sft import TIME_SAMPLING, sample_time
+from rlrobot.data.rollout_storage import RolloutStorage
+from rlrobot.policies.flow import FlowPolicy
+
+SAMPLERS = ("ode", "noise")
+WEIGHTINGS = ("adaptive", "none")
+
+
+@dataclass
+class FlowNFTConfig(AlgorithmConfig):
+    rollout_chunks: int = 8
+    """chunks per env per rollout (each executes flow.execute_steps actions)"""
+    num_epochs: int = 4
+    """passes over each rollout"""
+    num_minibatches: int = 4
+    """minibatches per pass"""
+    times_per_sample: int = 2
+    """fresh (t, eps) draws per chunk in each minibatch (the paper trains on several times per sample)"""
+    beta: float = 1.0
+    """implicit-policy step beta: v+ = (1 - beta) v_old + beta v_theta, v- = (1 + beta) v_old - beta v_theta"""
+    adv_clip: float = 2.0
+    """c: r = clip(A / c, -1, 1) / 2 + 1/2 on normalised advantages; the loss is scaled by c"""
+    weighting: Literal["adaptive", "none"] = "adaptive"
+    """adaptive: divide each sample's error by its detached mean |error| (the paper) | none: plain MSE"""
+    time_sampling: Literal["beta", "uniform"] = "uniform"
+    """flow time of the loss: uniform | beta (pi0's Beta(1.5, 1), as SFT)"""
+    ref_ema_ramp: float = 0.0
+    """reference-policy soft update eta = min(ref_ema_ramp * iteration, ref_ema_max); 0 = hard copy every iteration"""
+    ref_ema_max: float = 0.0
+    """upper bound of the reference EMA eta"""
+    anchor_coef: float = 0.0
+    """weight of ||v_theta - v_init||^2 on the same noisy chunks (drift control toward the --init policy)"""
+    sampler: Literal["ode", "noise"] = "ode"
+    """rollout solver: ode from random initial noise | noise (Flow-Noise steps with the noise head's std)"""
+    gamma: float = 0.99
+    """discount per chunk"""
+    lam: float = 0.95
+    """GAE lambda (over chunks)"""
+    lr: float = 3e-5
+    """policy learning rate (Adam, fixed)"""
+    value_lr: float = 1e-3
+    """value head learning rate"""
+    value_clip: float = 0.2
+    """clip of the value update around the rollout's values"""
+    max_grad_norm: float = 1.0
+    """gradient-norm clip, policy and value head separately"""
+    critic_warmup_iterations: int = 0
+    """iterations that train only the value head (an SFT checkpoint has none)"""
+
+    def validate(self, run) -> None:
+        for name in ("rollout_chunks", "times_per_sample", "num_epochs", "num_minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"flow_nft.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.beta <= 1:
+            raise ValueError(f"flow_nft.beta must be in (0, 1], got {self.beta}")
+        if self.adv_clip <= 0:
+            raise ValueError(f"flow_nft.adv_clip must be > 0, got {self.adv_clip}")
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"flow_nft.weighting={self.weighting!r} is not one of {WEIGHTINGS}")
+        if self.time_sampling not in TIME_SAMPLING:
+            raise ValueError(f"flow_nft.time_sampling={self.time_sampling!r} is not one of {TIME_SAMPLING}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"flow_nft.sampler={self.sampler!r} is not one of {SAMPLERS}")
+        if not (0 <= self.ref_ema_max < 1 and self.ref_ema_ramp >= 0):
+            raise ValueError(f"flow_nft.ref_ema_max must be in [0, 1) and ref_ema_ramp >= 0, got {self.ref_ema_max} / "
+                             f"{self.ref_ema_ramp}")
+        if self.anchor_coef < 0 or self.lr <= 0 or self.value_lr <= 0:
+            raise ValueError("flow_nft.anchor_coef must be >= 0 and flow_nft.lr / value_lr > 0")
+        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"flow_nft.gamma and flow_nft.lam must be in [0, 1], got {self.gamma} and {self.lam}")
+        if not run.init and not run.resume:
+            raise ValueError(f"algo={run.algo!r} fine-tunes a flow policy: pass --init CHECKPOINT (e.g. an --algo sft run) "
+                             "or --init none to start from random weights")
+        if (run.num_envs * self.rollout_chunks) % self.num_minibatches:
+            raise ValueError(f"num_envs x flow_nft.rollout_chunks = {run.num_envs * self.rollout_chunks} must be "
+                             f"divisible by flow_nft.num_minibatches={self.num_minibatches}")
+
+    def env_steps_per_iteration(self, run) -> int:
+        return run.num_envs * self.rollout_chunks * (run.flow.execute_steps or run.flow.chunk_size)
+
+    def prepare(self, run) -> None:
+        adopt_init_architecture(run)
+
+
+def optimality(advantages: torch.Tensor, adv_clip: float) -> torch.Tensor:
+    """r = clip(A / c, -1, 1) / 2 + 1/2 in [0, 1]."""
+    return (advantages / adv_clip).clamp(-1.0, 1.0) * 0.5 + 0.5
+
+
+def nft_loss(v_theta: torch.Tensor, v_old: torch.Tensor, target: torch.Tensor, r: torch.Tensor, beta: float,
+             times: torch.Tensor, weighting: str = "adaptive", mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-sample NFT loss [B] (before the c scale): (r w+ ||v+ - u||^2 + (1 - r) w- ||v- - u||^2) / beta.
+
+    ``v_theta``, ``v_old``, ``target`` are [B, D]; ``r`` [B]; ``times`` [B] (for the adaptive weight's x0-space scale);
+    ``mask`` [B, D] selects the elements that count (the executed part of a chunk)."""
+    v_old = v_old.detach()
+    positive = (1.0 - beta) * v_old + beta * v_theta
+    negative = (1.0 + beta) * v_old - beta * v_theta
+    m = torch.ones_like(target) if mask is None else mask.to(target.dtype)
+    count = m.sum(-1).clamp_min(1.0)
+
+    def term(v: torch.Tensor) -> torch.Tensor:
+        err = v - target
+        loss = (err.square() * m).sum(-1) / count
+        if weighting == "adaptive":  # x0-space error t * |u - v|, its detached mean as the weight (paper's adaptive loss)
+            scale = (times.detach()[:, None] * err.detach().abs() * m).sum(-1) / count
+            loss = loss * times.detach().square() / scale.clamp_min(1e-5)
+        return loss
+
+    return (r * term(positive) + (1.0 - r) * term(negative)) / beta
+
+
+class FlowNFT:
+    def __init__(self, policy: FlowPolicy, cfg: FlowNFTConfig, device: torch.device, num_envs: int,
+                 obs_specs: dict[str, tuple[tuple[int, ...], torch.dtype]], sync=None):
+        self.policy, self.cfg, self.device, self.sync = policy, cfg, device, sync
+        # the reference (old) policy and the anchor are frozen copies; the anchor is the --init policy
+        self.reference = copy.deepcopy(policy).requires_grad_(False).eval()
+        self.anchor = copy.deepcopy(policy).requires_grad_(False).eval() if cfg.anchor_coef > 0 else None
+        value_params = list(policy.value_parameters())
+        ids = {id(p) for p in value_params}
+        noise_ids = {id(p) for p in policy.parameters()} - {id(p) for p in policy.flow_matching_parameters()} - ids
+        self.policy_params = [p for p in policy.parameters() if id(p) not in ids and id(p) not in noise_ids]
+        self.value_params = value_params
+        self.optimizer = torch.optim.Adam([{"params": self.policy_params, "lr": cfg.lr},
+                                           {"params": value_params, "lr": cfg.value_lr}])
+        self.iterations = 0
+        h, a, e = policy.chunk_size, policy.action_dim, policy.execute_steps
+        self.executed_mask = torch.zeros(h, a, dtype=torch.bool, device=device)
+        self.executed_mask[:e] = True
+        self.executed_mask = self.executed_mask.reshape(-1)
+        self.storage = RolloutStorage(cfg.rollout_chunks, num_envs, obs_specs,
+                                      {"chunks": ((policy.flat_dim,), torch.float32)}, device)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        state = {"optimizer": self.optimizer.state_dict(), "iterations": self.iterations,
+                 "reference": self.reference.state_dict()}
+        if self.anchor is not None:
+            state["anchor"] = self.anchor.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.iterations = state["iterations"]
+        self.reference.load_state_dict(state["reference"])
+        if self.anchor is not None and "anchor" in state:
+            self.anchor.load_state_dict(state["anchor"])
+
+    # ------------------------------------------------------------------ rollout
+    @torch.no_grad()
+    def rollout_act(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """Sample chunks with any solver: (actions [B, H, A], fields to store, value [B])."""
+        policy = self.policy
+        emb = policy.encode(obs)
+        chain, _ = policy.sample_chain(obs, self.cfg.sampler, emb=emb, generator=generator)
+        chunk = chain[:, -1]
+        return chunk.reshape(-1, policy.chunk_size, policy.action_dim), {"chunks": chunk}, policy.value_from_embedding(emb)
+
+    # ------------------------------------------------------------------ update
+    def ref_ema(self) -> float:
+        return min(self.cfg.ref_ema_ramp * self.iterations, self.cfg.ref_ema_max)
+
+    def loss(self, obs: dict[str, torch.Tensor], chunks: torch.Tensor, r: torch.Tensor,
+             generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """NFT loss on ``times_per_sample`` fresh (t, eps) draws per chunk, plus the anchor term."""
+        cfg, policy = self.cfg, self.policy
+        n = cfg.times_per_sample
+        emb = policy.encode(obs).repeat(n, 1)
+        with torch.no_grad():
+            ref_emb = self.reference.encode(obs).repeat(n, 1)
+        a = chunks.repeat(n, 1)
+        t = sample_time(len(a), cfg.time_sampling, generator, self.device)
+        eps = torch.randn(a.shape, generator=generator, device=self.device)
+        x_t = t[:, None] * eps + (1.0 - t[:, None]) * a
+        v_theta, _ = policy.velocity(x_t, t, emb)
+        with torch.no_grad():
+            v_old, _ = self.reference.velocity(x_t, t, ref_emb)
+        mask = self.executed_mask.expand_as(a)
+        per_sample = nft_loss(v_theta, v_old, eps - a, r.repeat(n), cfg.beta, t, cfg.weighting, mask)
+        loss = cfg.adv_clip * per_sample.mean()
+        stats = {"nft_loss": loss.item()}
+        if self.anchor is not None:
+            with torch.no_grad():
+                v_init, _ = self.anchor.velocity(x_t, t, self.anchor.encode(obs).repeat(n, 1))
+            drift = ((v_theta - v_init).square() * mask).sum(-1).mean() / mask[0].sum()
+            loss = loss + cfg.anchor_coef * drift
+            stats["anchor_drift"] = drift.item()
+        return loss, stats
+
+    def update(self, generator: torch.Generator | None = None) -> dict[str, float]:
+        cfg, storage, policy = self.cfg, self.storage, self.policy
+        storage.advantages = normalized_advantages(storage.advantages, self.sync)
+        warmup = self.iterations < cfg.critic_warmup_iterations
+        totals: dict[str, float] = {}
+        n = 0
+        for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
+            r = optimality(mb["advantages"], cfg.adv_clip)
+            value_loss = clipped_value_loss(policy.value(mb["obs"]), mb["values"], mb["returns"], cfg.value_clip)
+            loss = value_loss
+            stats = {"value_loss": value_loss.item(), "r_mean": r.mean().item()}
+            if not warmup:
+                nft, nft_stats = self.loss(mb["obs"], mb["chunks"], r, generator)
+                loss = loss + nft
+                stats.update(nft_stats)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.sync:
+                self.sync.gradients(policy.parameters())
+            for params in (self.policy_params, self.value_params):
+                nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            self.optimizer.step()
+            for k, v in stats.items():
+                totals[k] = totals.get(k, 0.0) + v
+            n += 1
+        self.iterations += 1
+        self.refresh_reference()
+        out = {k: v / n for k, v in totals.items()}
+        out.update(critic_warmup=float(warmup), ref_ema=self.ref_ema(), lr=cfg.lr)
+        return out
+
+    @torch.no_grad()
+    def refresh_reference(self) -> None:
+        """theta_old <- eta theta_old + (1 - eta) theta (eta = 0: the reference is the current policy)."""
+        eta = self.ref_ema()
+        for ref, cur in zip(self.reference.parameters(), self.policy.parameters(), strict=True):
+            ref.lerp_(cur, 1.0 - eta)
+        for ref, cur in zip(self.reference.buffers(), self.policy.buffers(), strict=True):
+            ref.copy_(cur)
+
+
+register_algorithm(AlgorithmSpec(
+    name="flow-nft", summary="forward-process flow-policy RL (DiffusionNFT): no likelihoods, any solver (fine-tunes --init)",
+    config_field="flow_nft", config=FlowNFTConfig, policy_kind="flow",
+    runner="rlrobot.runners.flow_on_policy:FlowNFTRunner", run_fields=(InitCheckpoint,)))

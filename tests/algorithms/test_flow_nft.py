@@ -1,0 +1,152 @@
+"""Flow-NFT: the objective's two limits (r = 1, beta = 1 is flow matching; r = 1/2 cancels), the sign of its update,
+the reference policy's soft update, a rollout + update through the runner, and bad settings."""
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from rlrobot.algorithms.flow_nft import FlowNFT, FlowNFTConfig, nft_loss, optimality
+from rlrobot.config import train_config
+from rlrobot.policies.flow import FlowPolicyConfig, MLPFlowPolicy
+from rlrobot.runners.flow_on_policy import FlowNFTRunner
+
+SMALL_FLOW = FlowPolicyConfig(chunk_size=4, denoising_steps=3, state_hidden=(32, 32), embed_dim=32, time_embed_dim=16,
+                              velocity_hidden=(64, 64), noise_hidden=(16,), value_hidden=(32,))
+
+
+def small_policy(seed: int = 0) -> MLPFlowPolicy:
+    torch.manual_seed(seed)
+    return MLPFlowPolicy({"state": (6,)}, 2, dataclasses.replace(SMALL_FLOW))
+
+
+def batch(seed: int = 1, n: int = 16):
+    g = torch.Generator().manual_seed(seed)
+    obs = {"state": torch.randn(n, 6, generator=g)}
+    chunks = torch.randn(n, 4, 2, generator=g).clamp(-1, 1)
+    t = torch.rand(n, generator=g) * 0.98 + 0.01
+    noise = torch.randn(n, 4, 2, generator=g)
+    return obs, chunks, t, noise
+
+
+def velocities(policy, reference, obs, chunks, t, noise):
+    a, eps = chunks.reshape(len(chunks), -1), noise.reshape(len(noise), -1)
+    x_t = t[:, None] * eps + (1 - t[:, None]) * a
+    v_theta, _ = policy.velocity(x_t, t, policy.encode(obs))
+    with torch.no_grad():
+        v_old, _ = reference.velocity(x_t, t, reference.encode(obs))
+    return v_theta, v_old, eps - a
+
+
+def grads(policy, loss):
+    policy.zero_grad()
+    loss.backward()
+    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in policy.parameters()]
+
+
+def test_r_one_and_beta_one_is_plain_flow_matching_toward_the_sampled_chunks():
+    policy, reference = small_policy(0), small_policy(1)  # beta = 1: v+ = v_theta whatever the reference is
+    obs, chunks, t, noise = batch()
+    v_theta, v_old, target = velocities(policy, reference, obs, chunks, t, noise)
+    nft = nft_loss(v_theta, v_old, target, torch.ones(len(t)), beta=1.0, times=t, weighting="none").mean()
+    g_nft = grads(policy, nft)
+    g_fm = grads(policy, policy.flow_matching_loss(obs, chunks, t, noise))
+    for a, b in zip(g_nft, g_fm, strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+    assert any(g.abs().sum() > 0 for g in g_fm)
+
+
+@pytest.mark.parametrize("weighting", ["none", "adaptive"])
+@pytest.mark.parametrize("beta", [0.3, 1.0])
+def test_r_one_half_cancels_while_the_policy_equals_the_reference(weighting, beta):
+    policy = small_policy(0)
+    reference = copy.deepcopy(policy)
+    obs, chunks, t, noise = batch()
+    v_theta, v_old, target = velocities(policy, reference, obs, chunks, t, noise)
+    loss = nft_loss(v_theta, v_old, target, torch.full((len(t),), 0.5), beta=beta, times=t, weighting=weighting).mean()
+    for g in grads(policy, loss):
+        assert g.abs().max() < 1e-6
+    # away from the reference the r = 1/2 gradient is 2 beta^2 (v_theta - v_old) per element: it pulls back to v_old
+    with torch.no_grad():
+        policy.velocity_out.bias.add_(0.1)
+    v_theta, v_old, target = velocities(policy, reference, obs, chunks, t, noise)
+    v_theta.retain_grad()
+    nft_loss(v_theta, v_old, target, torch.full((len(t),), 0.5), beta=beta, times=t, weighting="none").sum().backward()
+    expected = 2 * beta ** 2 * (v_theta - v_old).detach() / v_theta.shape[1] / beta
+    assert torch.allclose(v_theta.grad, expected, atol=1e-6)
+
+
+def test_optimality_maps_advantages_into_zero_one():
+    r = optimality(torch.tensor([-10.0, -2.0, -1.0, 0.0, 1.0, 2.0, 10.0]), adv_clip=2.0)
+    assert torch.allclose(r, torch.tensor([0.0, 0.0, 0.25, 0.5, 0.75, 1.0, 1.0]))
+
+
+def test_update_moves_samples_toward_good_chunks_and_away_from_bad_ones():
+    """Two candidate chunks per observation, one rewarded (r = 1) and one not (r = 0): a few NFT steps move the
+    deterministic sample toward the good chunk, further than the r = 1/2 (neutral) control."""
+    cfg = FlowNFTConfig(lr=3e-3, times_per_sample=4, weighting="none")
+    distances = {}
+    for name, r_good, r_bad in (("nft", 1.0, 0.0), ("neutral", 0.5, 0.5)):
+        policy = small_policy(0)
+        algo = FlowNFT(policy, cfg, torch.device("cpu"), num_envs=8, obs_specs={"state": ((6,), torch.float32)})
+        g = torch.Generator().manual_seed(3)
+        obs = {"state": torch.randn(8, 6, generator=g)}
+        good = torch.full((8, 8), 0.6)
+        bad = torch.full((8, 8), -0.6)
+        obs2 = {"state": torch.cat([obs["state"], obs["state"]])}
+        chunks = torch.cat([good, bad])
+        r = torch.cat([torch.full((8,), r_good), torch.full((8,), r_bad)])
+        for step in range(60):
+            loss, _ = algo.loss(obs2, chunks, r, g)
+            algo.optimizer.zero_grad()
+            loss.backward()
+            algo.optimizer.step()
+            if step % 20 == 19:  # one "iteration" = 20 gradient steps against a fixed reference
+                algo.refresh_reference()
+        sample = policy.sample_actions(obs).reshape(8, -1)
+        distances[name] = (sample - good).norm(dim=-1).mean().item()
+    assert distances["nft"] < 0.5 * distances["neutral"], distances
+
+
+def test_reference_soft_update():
+    policy = small_policy(0)
+    algo = FlowNFT(policy, FlowNFTConfig(ref_ema_ramp=0.25, ref_ema_max=0.5), torch.device("cpu"), 4,
+                   {"state": ((6,), torch.float32)})
+    old = policy.velocity_out.weight.detach().clone()
+    with torch.no_grad():
+        policy.velocity_out.weight.add_(1.0)
+    algo.iterations = 1  # eta = min(0.25 * 1, 0.5) = 0.25: the reference moves 75 % of the way
+    algo.refresh_reference()
+    assert torch.allclose(algo.reference.velocity_out.weight, old + 0.75, atol=1e-6)
+    algo.iterations = 10  # eta capped at 0.5
+    assert algo.ref_ema() == 0.5
+
+
+def test_rollout_and_update_through_the_runner(tmp_path):
+    cfg = train_config("flow-nft", task="so101-reach", num_envs=4, total_steps=4 * 2 * 4, out=str(tmp_path / "nft"),
+                       logger="none", video=False, eval_episodes=2, eval_envs=2, num_threads=1, init="none",
+                       flow=dataclasses.replace(SMALL_FLOW, chunk_size=4))
+    cfg.flow_nft.rollout_chunks, cfg.flow_nft.num_minibatches, cfg.flow_nft.anchor_coef = 2, 2, 0.1
+    cfg.validate()
+    runner = FlowNFTRunner(cfg)
+    runner.obs, _ = runner.env.reset(seed=0)
+    runner._rollout()
+    assert runner.algo.storage.chunks.shape == (2, 4, 4 * 5)  # [chunks, envs, H * A] (ee_delta: 5 action dims)
+    before = runner.policy.velocity_out.weight.detach().clone()
+    stats = runner.algo.update(torch.Generator().manual_seed(0))
+    assert {"nft_loss", "anchor_drift", "value_loss", "r_mean"} <= stats.keys()
+    assert not torch.equal(before, runner.policy.velocity_out.weight)
+    # eta = 0: after the update the reference is the updated policy
+    assert torch.equal(runner.algo.reference.velocity_out.weight, runner.policy.velocity_out.weight)
+    runner.env.close()
+
+
+@pytest.mark.parametrize("field, value, match", [("beta", 0.0, "beta"), ("sampler", "sde", "sampler"),
+                                                 ("weighting", "x0", "weighting"), ("ref_ema_max", 1.0, "ref_ema_max"),
+                                                 ("num_minibatches", 3, "divisible")])
+def test_bad_settings_are_refused(field, value, match):
+    cfg = train_config("flow-nft", task="so101-reach", num_envs=4, init="none")
+    setattr(cfg.flow_nft, field, value)
+    with pytest.raises(ValueError, match=match):
+        cfg.validate()
