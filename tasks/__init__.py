@@ -5,4 +5,5 @@ import os
 # Headless rendering by default: EGL works without a display (set MUJOCO_GL yourself to override).
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from . import so101  # noqa: E402, F401  (native task modules register their tasks with rlrobot.envs.registry)
+# native task modules register their tasks with rlrobot.envs.registry on import
+from . import locomotion, so101, so101_suite  # noqa: E402, F401
