@@ -24,6 +24,8 @@ COMMANDS = {
     "bench": "physics vs VecEnv vs training throughput, baselines measured in the same run",
     "serve": "serve a policy over an authenticated websocket",
     "deploy": "run a policy on a robot (twin or LeRobot) through the safety supervisor",
+    "compare": "several runs' curves on one PNG (env steps and wall clock) with a table",
+    "results": "reproduce the README's results from the registry (run, table, list)",
 }
 USAGE = ("usage: rlrobot <command> [options]       rlrobot <command> --help for its options\n\ncommands:\n"
          + "".join(f"  {name:<12} {what}\n" for name, what in COMMANDS.items())
@@ -312,6 +314,15 @@ def main(argv: list[str] | None = None) -> None:
 
             run_deploy(tyro.cli(DeployArgs, args=rest, prog="rlrobot deploy",
                                 description="Run a policy on a robot (twin or LeRobot) through the safety supervisor."))
+        elif command == "compare":
+            from rlrobot.commands.compare import CompareArgs, run_compare
+
+            run_compare(tyro.cli(CompareArgs, args=rest, prog="rlrobot compare",
+                                 description="Several runs' evaluation curves on one PNG (env steps and wall clock)."))
+        elif command == "results":
+            from rlrobot.commands.results import main as results_main
+
+            results_main(rest)
     except (ValueError, FileNotFoundError, FileExistsError, ImportError, ConnectionError) as e:
         console.print(f"[red]error:[/] {e}", soft_wrap=True)  # one line per error: greppable in logs
         raise SystemExit(2) from e

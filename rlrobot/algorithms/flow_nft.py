@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from rlrobot.algorithms.flow_ppo import InitCheckpoint, adopt_init_architecture
+from rlrobot.algorithms.policytrim import PolicyTrimInput
 from rlrobot.algorithms.ppo import clipped_value_loss, normalized_advantages
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.algorithms.sft import TIME_SAMPLING, sample_time
@@ -97,6 +98,7 @@ class FlowNFTConfig(AlgorithmConfig):
     """iterations that train only the value head (an SFT checkpoint has none)"""
 
     def validate(self, run) -> None:
+        run.trim.validate()
         for name in ("rollout_chunks", "times_per_sample", "num_epochs", "num_minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"flow_nft.{name} must be >= 1, got {getattr(self, name)}")
@@ -174,12 +176,16 @@ class FlowNFT:
         self.optimizer = torch.optim.Adam([{"params": self.policy_params, "lr": cfg.lr},
                                            {"params": value_params, "lr": cfg.value_lr}])
         self.iterations = 0
-        h, a, e = policy.chunk_size, policy.action_dim, policy.execute_steps
-        self.executed_mask = torch.zeros(h, a, dtype=torch.bool, device=device)
-        self.executed_mask[:e] = True
-        self.executed_mask = self.executed_mask.reshape(-1)
+        self.set_execute_steps(policy.execute_steps)
         self.storage = RolloutStorage(cfg.rollout_chunks, num_envs, obs_specs,
                                       {"chunks": ((policy.flat_dim,), torch.float32)}, device)
+
+    def set_execute_steps(self, execute_steps: int) -> None:
+        """Only the executed actions of a chunk were scored, so only they enter the loss (PolicyTrim grows this)."""
+        policy = self.policy
+        mask = torch.zeros(policy.chunk_size, policy.action_dim, dtype=torch.bool, device=self.device)
+        mask[:execute_steps] = True
+        self.executed_mask = mask.reshape(-1)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -282,4 +288,4 @@ class FlowNFT:
 register_algorithm(AlgorithmSpec(
     name="flow-nft", summary="forward-process flow-policy RL (DiffusionNFT): no likelihoods, any solver (fine-tunes --init)",
     config_field="flow_nft", config=FlowNFTConfig, policy_kind="flow",
-    runner="rlrobot.runners.flow_on_policy:FlowNFTRunner", run_fields=(InitCheckpoint,)))
+    runner="rlrobot.runners.flow_on_policy:FlowNFTRunner", run_fields=(InitCheckpoint, PolicyTrimInput)))

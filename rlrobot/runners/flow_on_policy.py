@@ -16,6 +16,7 @@ import torch
 
 from rlrobot.algorithms.flow_nft import FlowNFT
 from rlrobot.algorithms.flow_ppo import FlowPPO
+from rlrobot.algorithms.policytrim import ExecuteCurriculum
 from rlrobot.config import TrainConfig
 from rlrobot.policies.registry import check_compatible
 from rlrobot.runners.base import Runner, console
@@ -86,7 +87,14 @@ class FlowOnPolicyRunner(Runner):
 
 
 class FlowNFTRunner(FlowOnPolicyRunner):
-    """Flow-NFT: the same chunk rollouts; the chunks (not the chains) are stored and trained on by flow matching."""
+    """Flow-NFT: the same chunk rollouts; the chunks (not the chains) are stored and trained on by flow matching.
+    With ``--trim.curriculum`` the executed part of each chunk grows between iterations (PolicyTrim); the env-step
+    budget then buys fewer, longer iterations, and the saved config carries the execute length reached."""
+
+    def __init__(self, cfg: TrainConfig):
+        super().__init__(cfg)
+        self.curriculum = ExecuteCurriculum(cfg.trim, self.execute_steps, self.policy.chunk_size) \
+            if cfg.trim.curriculum else None
 
     def make_algorithm(self) -> FlowNFT:
         return FlowNFT(self.policy, self.cfg.flow_nft, self.device, self.cfg.num_envs, self.obs_specs(self.obs_keys),
@@ -95,3 +103,40 @@ class FlowNFTRunner(FlowOnPolicyRunner):
     @property
     def section(self):
         return self.cfg.flow_nft
+
+    @property
+    def total_iterations(self) -> int:
+        if self.curriculum is None:
+            return super().total_iterations
+        remaining = max(0, self.cfg.total_steps - self.env_steps)  # the iterations left at today's execute length
+        return self.iteration + remaining // (self.steps_per_iteration * self.sync.world_size)
+
+    def track_episodes(self, info) -> None:
+        super().track_episodes(info)
+        if self.curriculum is not None and "episode" in info:
+            self.curriculum.record(info["episode"]["success"].tolist())
+
+    def train_iteration(self) -> dict[str, float]:
+        metrics = super().train_iteration()
+        if self.curriculum is not None:
+            new = self.curriculum.end_iteration()
+            if new is not None:
+                self.set_execute_steps(new)
+                console.print(f"PolicyTrim: success held at {self.curriculum.history[-1]['success']:.3f}; executing "
+                              f"{new} of {self.policy.chunk_size} actions per chunk from now on", soft_wrap=True)
+            metrics["trim/execute_steps"] = float(self.execute_steps)
+            if self.curriculum.windowed_success is not None:
+                metrics["trim/windowed_success"] = self.curriculum.windowed_success
+        return metrics
+
+    def set_execute_steps(self, execute_steps: int) -> None:
+        self.execute_steps = self.policy.execute_steps = self.cfg.flow.execute_steps = execute_steps
+        self.algo.set_execute_steps(execute_steps)
+
+    def runner_state(self) -> dict:
+        return {"curriculum": self.curriculum.state_dict()} if self.curriculum is not None else {}
+
+    def load_runner_state(self, state: dict) -> None:
+        if self.curriculum is not None and "curriculum" in state:
+            self.curriculum.load_state_dict(state["curriculum"])
+            self.set_execute_steps(self.curriculum.execute_steps)

@@ -150,3 +150,44 @@ def test_bad_settings_are_refused(field, value, match):
     setattr(cfg.flow_nft, field, value)
     with pytest.raises(ValueError, match=match):
         cfg.validate()
+
+
+def test_execute_curriculum_advances_only_when_its_rule_holds():
+    from rlrobot.algorithms.policytrim import ExecuteCurriculum, PolicyTrimConfig
+
+    c = ExecuteCurriculum(PolicyTrimConfig(curriculum=True, step=2, window=4, tolerance=0.1, min_iterations=2),
+                          execute_steps=1, chunk_size=4)
+    c.record([1, 1, 1])
+    assert c.end_iteration() is None  # 3 of 4 episodes in the window
+    c.record([1])
+    assert c.end_iteration() == 3 and c.best == 1.0  # window full, 2 iterations at the stage, success 1.0 >= best - 0.1
+    assert c.windowed_success is None  # the new stage is judged on its own episodes
+    c.record([1, 0, 1, 1])
+    assert c.end_iteration() is None  # only one iteration at this stage
+    assert c.end_iteration() is None  # 0.75 < best 1.0 - 0.1: success did not hold
+    c.record([1, 1])  # window now [1, 1, 1, 1]
+    assert c.end_iteration() == 4  # capped at the chunk size
+    c.record([1, 1, 1, 1])
+    c.end_iteration()
+    assert c.end_iteration() is None and c.execute_steps == 4  # nothing beyond the chunk
+    restored = ExecuteCurriculum(c.cfg, 1, 4)
+    restored.load_state_dict(c.state_dict())
+    assert restored.state_dict() == c.state_dict()
+
+
+def test_curriculum_in_a_run_keeps_the_env_step_budget_and_saves_the_execute_length(tmp_path):
+    from rlrobot.runners.base import make_runner
+    from rlrobot.runners.checkpoint import load_config
+
+    cfg = train_config("flow-nft", task="so101-reach", num_envs=4, total_steps=4 * 2 * 6, out=str(tmp_path / "trim"),
+                       logger="none", video=False, eval_episodes=2, eval_envs=2, num_threads=1, init="none",
+                       max_episode_steps=4, flow=dataclasses.replace(SMALL_FLOW, chunk_size=4, execute_steps=2))
+    cfg.flow_nft.rollout_chunks, cfg.flow_nft.num_minibatches = 2, 2
+    cfg.trim.curriculum, cfg.trim.window, cfg.trim.min_iterations, cfg.trim.tolerance = True, 4, 1, 0.99
+    cfg.validate()
+    runner = make_runner(cfg)
+    summary = runner.learn()
+    assert runner.policy.execute_steps == 4  # 2 -> 3 -> 4: every stage held (tolerance 0.99)
+    assert runner.env_steps <= cfg.total_steps and runner.env_steps >= cfg.total_steps - 4 * 2 * 4
+    assert load_config(summary["checkpoint"])["train"]["flow"]["execute_steps"] == 4
+    assert runner.algo.executed_mask.all()
