@@ -80,6 +80,9 @@ class FlowNFTConfig(AlgorithmConfig):
     """upper bound of the reference EMA eta"""
     anchor_coef: float = 0.0
     """weight of ||v_theta - v_init||^2 on the same noisy chunks (drift control toward the --init policy)"""
+    denoising_steps: int = 0
+    """K of the fine-tuned policy (rollouts, evaluation, the saved policy); 0 = the --init checkpoint's. NFT trains on
+    the forward process, so any K works, e.g. 1-2 for fast deployment"""
     sampler: Literal["ode", "noise"] = "ode"
     """rollout solver: ode from random initial noise | noise (Flow-Noise steps with the noise head's std)"""
     gamma: float = 0.99
@@ -99,6 +102,8 @@ class FlowNFTConfig(AlgorithmConfig):
 
     def validate(self, run) -> None:
         run.trim.validate()
+        if self.denoising_steps < 0:
+            raise ValueError(f"flow_nft.denoising_steps must be >= 0 (0 = the --init checkpoint's K), got {self.denoising_steps}")
         for name in ("rollout_chunks", "times_per_sample", "num_epochs", "num_minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"flow_nft.{name} must be >= 1, got {getattr(self, name)}")
@@ -131,6 +136,8 @@ class FlowNFTConfig(AlgorithmConfig):
 
     def prepare(self, run) -> None:
         adopt_init_architecture(run)
+        if self.denoising_steps:
+            run.flow.denoising_steps = self.denoising_steps
 
 
 def optimality(advantages: torch.Tensor, adv_clip: float) -> torch.Tensor:

@@ -191,3 +191,8 @@ def test_curriculum_in_a_run_keeps_the_env_step_budget_and_saves_the_execute_len
     assert runner.env_steps <= cfg.total_steps and runner.env_steps >= cfg.total_steps - 4 * 2 * 4
     assert load_config(summary["checkpoint"])["train"]["flow"]["execute_steps"] == 4
     assert runner.algo.executed_mask.all()
+    # a fine-tuning run from this checkpoint adopts its architecture; flow_nft.denoising_steps sets a new K
+    follow = train_config("flow-nft", task="so101-reach", num_envs=4, init=summary["checkpoint"])
+    follow.flow_nft.denoising_steps = 1
+    follow.prepare()
+    assert (follow.flow.chunk_size, follow.flow.execute_steps, follow.flow.denoising_steps) == (4, 4, 1)
