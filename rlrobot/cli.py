@@ -187,6 +187,10 @@ class EvalArgs:
     out: str | None = None
     """where to write eval.json and the video (default: the checkpoint directory)"""
     device: str = "cpu"
+    denoising_steps: int | None = None
+    """flow policies: denoising steps K to sample with (default: the run's)"""
+    execute_steps: int | None = None
+    """flow policies: actions of each chunk executed open-loop before re-planning (default: the run's)"""
 
 
 def evaluate_checkpoint(args: EvalArgs) -> dict:
@@ -203,6 +207,7 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
             raise ValueError(f"{name} must be >= 1, got {getattr(args, name)}")
     weights, saved, ckpt = load_checkpoint(args.checkpoint)
     cfg = config_from_checkpoint(saved)
+    _override_flow_sampling(cfg, args)
     # the run's final evaluation: env seed cfg.seed + 1, episode seed cfg.seed + 10_000 (rlrobot.runners.base)
     episodes = args.episodes or cfg.eval_episodes
     num_envs = args.num_envs or cfg.eval_envs
@@ -223,6 +228,8 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
         out = Path(args.out) if args.out else ckpt
         out.mkdir(parents=True, exist_ok=True)
         result = evaluate(policy, env, episodes, seed=seed, video_path=out / "eval.mp4" if args.video else None)
+        if hasattr(policy, "sample_actions"):
+            result.update(chunk_timing(policy, env, seed))
     finally:
         env.close()
     same_as_run = args.seed is None and episodes == cfg.eval_episodes and num_envs == cfg.eval_envs and args.task is None
@@ -230,6 +237,11 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
     (out / "eval.json").write_text(json.dumps(result, indent=2))
     console.print(f"{cfg.task}: success {result['success_rate']:.3f}, return {result['return_mean']:.2f} "
                   f"+- {result['return_std']:.2f} over {result['episodes']} episodes", soft_wrap=True)
+    if "chunk_latency_ms" in result:
+        calls = result["length_mean"] / result["execute_steps"]
+        console.print(f"  chunks: K={result['denoising_steps']:.0f} denoising steps, {result['execute_steps']:.0f} of "
+                      f"{policy.chunk_size} actions executed ({result['chunk_utilisation']:.0%}), {calls:.1f} policy calls per "
+                      f"episode, {result['chunk_latency_ms']:.2f} ms per chunk (batch 1)", soft_wrap=True)
     if same_as_run:
         console.print("  same seed, episodes and envs as the run's own final evaluation: the latest checkpoint scores "
                       "what the run reported", soft_wrap=True)
@@ -239,6 +251,40 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
                       "numbers differ by sampling", soft_wrap=True)
     console.print(f"  wrote {out / 'eval.json'}" + (f" and {result['video']}" if "video" in result else ""), soft_wrap=True)
     return result
+
+
+def _override_flow_sampling(cfg, args: EvalArgs) -> None:
+    if args.denoising_steps is None and args.execute_steps is None:
+        return
+    if not hasattr(cfg, "flow"):
+        raise ValueError(f"--denoising-steps / --execute-steps apply to flow policies; {args.checkpoint} holds a "
+                         f"{cfg.spec.policy_kind!r} policy")
+    if args.denoising_steps is not None:
+        if args.denoising_steps < 1:
+            raise ValueError(f"denoising_steps must be >= 1, got {args.denoising_steps}")
+        cfg.flow.denoising_steps = args.denoising_steps
+    if args.execute_steps is not None:
+        if not 1 <= args.execute_steps <= cfg.flow.chunk_size:
+            raise ValueError(f"execute_steps must be in [1, chunk_size={cfg.flow.chunk_size}], got {args.execute_steps}")
+        cfg.flow.execute_steps = args.execute_steps
+
+
+def chunk_timing(policy, env, seed: int, calls: int = 50) -> dict[str, float]:
+    """Latency of one deterministic chunk for one observation (what serving pays per re-plan), and chunk use."""
+    import time
+
+    import torch
+
+    obs, _ = env.reset(seed=seed)
+    one = {k: v[:1] for k, v in obs.items()}
+    with torch.inference_mode():
+        policy.sample_actions(one)  # warm-up
+        start = time.perf_counter()
+        for _ in range(calls):
+            policy.sample_actions(one)
+    execute = getattr(policy, "execute_steps", None) or policy.chunk_size
+    return {"chunk_latency_ms": (time.perf_counter() - start) / calls * 1e3, "denoising_steps": float(policy.denoising_steps),
+            "execute_steps": float(execute), "chunk_utilisation": execute / policy.chunk_size}
 
 
 def list_tasks() -> None:

@@ -120,3 +120,21 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     rlrobot("train", "--resume", "--out", str(out), "--total-steps", str(8 * 8 * (done_before + 2)))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env_steps"] == 8 * 8 * (done_before + 2)
+
+
+def test_eval_overrides_a_flow_policys_sampling_and_reports_chunk_use(tmp_path):
+    """`rlrobot eval --denoising-steps K --execute-steps E`: a flow checkpoint is evaluated with another K and open-loop
+    length (PolicyTrim's and few-step NFT's measurements); the result says what ran and what a chunk cost."""
+    from pathlib import Path
+
+    from rlrobot.cli import EvalArgs, evaluate_checkpoint
+
+    fixtures = Path(__file__).parent / "fixtures" / "runs_v0_1"
+    result = evaluate_checkpoint(EvalArgs(checkpoint=str(fixtures / "sft"), episodes=2, num_envs=2, video=False,
+                                          denoising_steps=1, execute_steps=2, out=str(tmp_path)))
+    assert (result["denoising_steps"], result["execute_steps"], result["chunk_utilisation"]) == (1, 2, 0.5)
+    assert result["chunk_latency_ms"] > 0 and result["episodes"] == 2
+    with pytest.raises(ValueError, match="execute_steps must be in \\[1, chunk_size=4\\]"):
+        evaluate_checkpoint(EvalArgs(checkpoint=str(fixtures / "sft"), execute_steps=5, out=str(tmp_path)))
+    with pytest.raises(ValueError, match="apply to flow policies"):
+        evaluate_checkpoint(EvalArgs(checkpoint=str(fixtures / "ppo"), denoising_steps=2, out=str(tmp_path)))
