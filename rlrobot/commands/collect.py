@@ -1,5 +1,7 @@
 """``rlrobot collect``: scripted-expert demonstrations of a native task, written as a LeRobotDataset (the layout in
-``rlrobot.data.demonstrations``)."""
+``rlrobot.data.demonstrations``); ``--recipe`` writes one of the offline-RL dataset recipes (``rlrobot.data.recipes``:
+expert, noisy at several levels, mixed, play). Every frame stores reward, success, ``next.done`` (LeRobot's) and
+``next.terminated`` / ``next.truncated`` apart (an MDP end vs a time-out)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from rich.console import Console
 
-from rlrobot.data.demonstrations import RLROBOT_META, image_feature, obs_feature
+from rlrobot.data.demonstrations import INSTRUCTION_KEYS, RLROBOT_META, image_feature, obs_feature
 from rlrobot.data.lerobot_dataset import LeRobotDatasetWriter
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
@@ -22,10 +23,13 @@ console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup
 class CollectArgs:
     task: str
     """native task id with a scripted expert: so101-reach | so101-push | so101-lift"""
-    episodes: int
-    """episodes to write (successful ones only with --success-only)"""
-    out: str
+    episodes: int = 0
+    """episodes to write (successful ones only with --success-only); 0 = the recipe's default (required without --recipe)"""
+    out: str = ""
     """dataset directory (must not exist or be empty)"""
+    recipe: str = ""
+    """offline-RL dataset recipe: expert | noisy-low | noisy | noisy-high | mixed | play (rlrobot datasets --recipes);
+    '' = the expert with --noise"""
     noise: float = 0.0
     """std of Gaussian noise added to the expert's actions (in the normalised action space) before execution"""
     success_only: bool = False
@@ -47,6 +51,17 @@ def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
     if args.task not in experts:
         raise ValueError(f"task={args.task!r}: scripted experts exist for the native tasks {experts}")
     validate_task_modes(args.task, obs_mode=args.obs_mode, control_mode=args.control_mode)
+    from rlrobot.data.recipes import Recipe, recipe
+
+    if args.recipe:
+        rec = recipe(args.recipe)  # an unknown name is refused with the recipes
+        if args.noise:
+            raise ValueError(f"noise does not apply with recipe={args.recipe!r} (the recipe sets it: {rec.noise})")
+        args.episodes = args.episodes or rec.episodes
+    else:
+        rec = Recipe("", "expert with --noise", noise=args.noise)
+    if not args.out:
+        raise ValueError("out: the dataset directory is required (--out DIR)")
     if args.episodes < 1 or args.num_envs < 1:
         raise ValueError(f"episodes and num_envs must be >= 1, got {args.episodes} and {args.num_envs}")
     if args.noise < 0:
@@ -54,16 +69,20 @@ def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
     env = rlrobot.make(args.task, args.num_envs, seed=args.seed, obs_mode=args.obs_mode,
                        control_mode=args.control_mode, image_size=args.image_size)
     try:
-        return _collect(env, args)
+        return _collect(env, args, rec)
     finally:
         env.close()
 
 
-def _collect(env, args: CollectArgs) -> dict[str, Any]:
+def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
+    from rlrobot.data.recipes import BehaviourPolicy
+
     obs_space = env.single_observation_space
     action_dim = int(env.single_action_space.shape[0])
     features: dict[str, dict[str, Any]] = {}
     for key, space in obs_space.spaces.items():
+        if key in INSTRUCTION_KEYS:  # stored as the frames' task strings (LeRobot's tasks), re-encoded on load
+            continue
         if key == "state":
             features["observation.state"] = {"dtype": "float32", "shape": list(space.shape), "names": None}
         else:
@@ -73,53 +92,71 @@ def _collect(env, args: CollectArgs) -> dict[str, Any]:
     features["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
     features["next.done"] = {"dtype": "bool", "shape": [1], "names": None}
     features["next.success"] = {"dtype": "bool", "shape": [1], "names": None}
+    features["next.terminated"] = {"dtype": "bool", "shape": [1], "names": None}
+    features["next.truncated"] = {"dtype": "bool", "shape": [1], "names": None}
     fps = 1.0 / float(env.control_dt)
     writer = LeRobotDatasetWriter(args.out, fps=round(fps, 6), features=features, robot_type="so101_follower")
     instruction = env.instruction[0]
-    gen = torch.Generator().manual_seed(args.seed)
+    behaviour = BehaviourPolicy(rec, env.num_envs, args.seed)
     buffers: list[list[dict[str, Any]]] = [[] for _ in range(env.num_envs)]
     attempted, kept = 0, 0
     outcomes: list[bool] = []
+    kept_success: list[bool] = []
+    kept_returns: list[float] = []
+    modes: dict[str, int] = {}
     max_attempts = args.max_attempts or 20 * args.episodes
     obs, _ = env.reset(seed=args.seed)
     while kept < args.episodes:
         if attempted >= max_attempts:
             raise ValueError(f"only {kept} of {args.episodes} episodes kept after {attempted} attempts "
                                f"(success_only={args.success_only}, noise={args.noise}): lower --noise")
-        action = env.expert_action()
-        if args.noise > 0:
-            action = (action + args.noise * torch.randn(action.shape, generator=gen)).clamp(-1.0, 1.0)
+        action = behaviour.act(env)
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = (terminated | truncated).numpy()
-        host = {k: v.numpy() for k, v in obs.items()}
+        host = {k: v.numpy() for k, v in obs.items() if k not in INSTRUCTION_KEYS}
         for i in range(env.num_envs):
             frame: dict[str, Any] = {"action": action[i].numpy().astype(np.float32),
                                      "next.reward": np.array([reward[i].item()], np.float32),
                                      "next.done": np.array([bool(done[i])]),
-                                     "next.success": np.array([bool(info["success"][i])])}
+                                     "next.success": np.array([bool(info["success"][i])]),
+                                     "next.terminated": np.array([bool(terminated[i])]),
+                                     "next.truncated": np.array([bool(truncated[i])])}
             for key, value in host.items():
                 frame[obs_feature(key)] = value[i] if key == "state" else value[i].transpose(1, 2, 0)
             buffers[i].append(frame)
         if "episode" in info:
-            for env_id, success in zip(info["episode"]["env_ids"].tolist(), info["episode"]["success"].tolist(),
-                                       strict=True):
+            ended = info["episode"]["env_ids"].tolist()
+            # multi-task suites report each finished episode's own instruction (its env has already drawn a new one)
+            texts = info["episode"].get("instruction", [instruction] * len(ended))
+            for env_id, success, ret, mode, text in zip(ended, info["episode"]["success"].tolist(),
+                                                        info["episode"]["return"].tolist(), behaviour.mode_names(ended),
+                                                        texts, strict=True):
                 attempted += 1
                 outcomes.append(bool(success))
                 frames, buffers[env_id] = buffers[env_id], []
                 if kept >= args.episodes or (args.success_only and not success):
                     continue
                 for f in frames:
-                    writer.add_frame(f, instruction)
+                    writer.add_frame(f, text)
                 writer.save_episode()
                 kept += 1
+                kept_success.append(bool(success))
+                kept_returns.append(float(ret))
+                modes[mode] = modes.get(mode, 0) + 1
+            behaviour.new_episodes(np.asarray(ended))
         obs = next_obs
     meta = {"task": args.task, "control_mode": args.control_mode, "obs_mode": args.obs_mode,
             "action_dim": action_dim, "observation_space": {k: list(v.shape) for k, v in obs_space.spaces.items()},
-            "max_episode_steps": env.max_episode_steps, "control_dt": float(env.control_dt), "expert_noise": args.noise,
+            "max_episode_steps": env.max_episode_steps, "control_dt": float(env.control_dt), "expert_noise": rec.noise,
             "success_only": args.success_only, "episodes_attempted": attempted,
-            "expert_success_rate": float(np.mean(outcomes)), "seed": args.seed}
+            "expert_success_rate": float(np.mean(outcomes)), "seed": args.seed,
+            "recipe": args.recipe or None, "recipe_summary": rec.summary if args.recipe else None,
+            "episode_behaviours": modes, "success_rate": float(np.mean(kept_success)),
+            "return_mean": float(np.mean(kept_returns))}
     (Path(args.out) / RLROBOT_META).write_text(json.dumps(meta, indent=2))
     summary = {"out": args.out, "episodes": kept, "frames": writer.total_frames, **meta}
-    console.print(f"wrote {kept} episodes ({writer.total_frames} frames) to {args.out}; expert success "
-                  f"{meta['expert_success_rate']:.2f} over {attempted} attempted episodes")
+    what = f"recipe {args.recipe}" if args.recipe else "expert"
+    console.print(f"wrote {kept} episodes ({writer.total_frames} frames) to {args.out} ({what}): success "
+                  f"{meta['success_rate']:.2f}, return {meta['return_mean']:.2f}; {attempted} episodes attempted "
+                  f"(success {meta['expert_success_rate']:.2f})")
     return summary

@@ -68,6 +68,10 @@ def _smoke_config(algo: str, tmp_path, demos) -> TrainConfig:
         cfg.init, cfg.flow_ppo.rollout_chunks, cfg.flow_ppo.num_minibatches = "none", 2, 2
     elif algo == "flow-nft":
         cfg.init, cfg.flow_nft.rollout_chunks, cfg.flow_nft.num_minibatches = "none", 2, 2
+    elif algo_spec_kind(algo) == "offline":  # every offline algorithm (rlrobot.algorithms.offline): a few updates
+        cfg.dataset, cfg.num_envs = str(demos), 1
+        setattr(cfg, cfg.spec.config_field, dataclasses.replace(cfg.algorithm, gradient_steps=4, updates_per_iteration=2,
+                                                                batch_size=16, hidden=(16,)))
     else:
         pytest.fail(f"give the registered algorithm {algo!r} small smoke-test settings here")
     if algo_spec_kind(algo) == "flow":
