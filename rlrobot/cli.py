@@ -19,6 +19,8 @@ COMMANDS = {
     "train": "train a policy (rlrobot train --algo X --help: the options of algorithm X)",
     "eval": "evaluate a checkpoint or run directory in its task",
     "collect": "record scripted-expert demonstrations as a LeRobotDataset",
+    "datasets": "the offline-RL dataset recipes and what each dataset holds",
+    "offline-bench": "offline RL table: tasks x recipes x algorithms x seeds at one gradient budget",
     "list-tasks": "the tasks with their spaces and modes",
     "list-algos": "the registered algorithms and the policy each trains",
     "bench": "physics vs VecEnv vs training throughput, baselines measured in the same run",
@@ -342,6 +344,15 @@ def main(argv: list[str] | None = None) -> None:
 
             collect_demonstrations(tyro.cli(CollectArgs, args=rest, prog="rlrobot collect",
                                             description="Record scripted-expert demonstrations as a LeRobotDataset."))
+        elif command == "datasets":
+            from rlrobot.commands.datasets import DatasetsArgs, list_datasets
+
+            list_datasets(tyro.cli(DatasetsArgs, args=rest, prog="rlrobot datasets"))
+        elif command == "offline-bench":
+            from rlrobot.commands.offline_bench import OfflineBenchArgs, run_offline_bench
+
+            run_offline_bench(tyro.cli(OfflineBenchArgs, args=rest, prog="rlrobot offline-bench",
+                                       description="Offline RL benchmark (issue 17): a Markdown table and learning curves."))
         elif command == "list-tasks":
             list_tasks()
         elif command == "list-algos":

@@ -69,9 +69,23 @@ class SO101Env(MujocoVecEnv):
     task_name = "so101"
     default_max_episode_steps = 100
 
-    def __init__(self, num_envs: int, *, control_mode: str = "ee_delta", max_episode_steps: int | None = None, **kw):
+    def __init__(self, num_envs: int, *, control_mode: str = "ee_delta", max_episode_steps: int | None = None,
+                 contact_solref: float | None = None, jaw_solref: float | None = None,
+                 jaw_tip_floor: float | None = JAW_TIP_FLOOR, **kw):
+        """``contact_solref`` / ``jaw_solref`` / ``jaw_tip_floor``: contact studies (``rlrobot results``); the
+        defaults are the task as published. ``contact_solref``: the time constant of every collision geom (None: the
+        MJCF's 0.03; the scene had 0.005 before the contact fix). ``jaw_solref``: the jaws' own time constant, mixed in
+        with a dominant ``solmix`` so that it sets the jaw/cube (and jaw/table) contacts while cube/table keeps
+        ``contact_solref``. ``jaw_tip_floor``: the Cartesian floor of ``ee_delta`` moves in metres above the table
+        (None: no floor, as before 2026-12-03)."""
         if control_mode not in CONTROL_MODES:
             raise ValueError(f"control_mode={control_mode!r} is not one of {CONTROL_MODES}")
+        for name, value in (("contact_solref", contact_solref), ("jaw_solref", jaw_solref)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds or None, got {value}")
+        if jaw_tip_floor is not None and not jaw_tip_floor >= 0:
+            raise ValueError(f"jaw_tip_floor must be >= 0 metres or None (no floor), got {jaw_tip_floor}")
+        self.contact_solref, self.jaw_solref, self.jaw_tip_floor = contact_solref, jaw_solref, jaw_tip_floor
         self.control_mode = control_mode
         self.action_dim = 5 if control_mode == "ee_delta" else 6
         self.target = np.zeros((num_envs, 3))
@@ -80,6 +94,17 @@ class SO101Env(MujocoVecEnv):
         self._expert_timer = np.zeros(num_envs, dtype=np.int64)
         super().__init__(num_envs, max_episode_steps=max_episode_steps or self.default_max_episode_steps, **kw)
         self._mocap_id = self.model.body("target").mocapid[0]
+
+    def _build_model_bank(self) -> None:
+        super()._build_model_bank()
+        for m in self.models:  # contact-study options; untouched (the MJCF's values) by default
+            collide = np.flatnonzero(m.geom_contype > 0)
+            if self.contact_solref is not None:
+                m.geom_solref[collide, 0] = self.contact_solref
+            if self.jaw_solref is not None:
+                for jaw in ("fixed_jaw", "moving_jaw"):
+                    m.geom(jaw).solref[0] = self.jaw_solref
+                    m.geom(jaw).solmix[0] = 1e4  # mixing weight vs the cube's 1: the jaw's time constant wins
 
     # ------------------------------------------------------------ views of the gathered buffers
     @property
@@ -114,7 +139,8 @@ class SO101Env(MujocoVecEnv):
         """Joint targets that move the TCP by ``dpos`` keeping the gripper pointing down (batched DLS IK); the move
         stops the jaw tips at the floor above the table."""
         dpos = dpos.copy()
-        dpos[:, 2] = np.maximum(dpos[:, 2], JAW_TIP_FLOOR - self.jaw_tips[:, :, 2].min(1))
+        if self.jaw_tip_floor is not None:
+            dpos[:, 2] = np.maximum(dpos[:, 2], self.jaw_tip_floor - self.jaw_tips[:, :, 2].min(1))
         approach = self.tcp_axes[:, :, 0]
         project = np.eye(3) - approach[:, :, None] * approach[:, None, :]  # ignore rotation about the approach axis
         jac = np.concatenate(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, as_float, mlp, offline_spec, register_offline
+from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, adam, as_float, mlp, offline_spec, register_offline
 from rlrobot.algorithms.registry import register_algorithm
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -57,7 +57,7 @@ class BC(OfflineAlgorithm):
     def __init__(self, cfg: BCConfig, obs_dim, action_dim, data, device, generator=None):
         super().__init__(cfg, obs_dim, action_dim, data, device, generator)
         self.networks["actor"] = GaussianActor(obs_dim, action_dim, cfg.hidden).to(self.device)
-        self.optimizers["actor"] = torch.optim.Adam(self.networks["actor"].parameters(), lr=cfg.lr,
+        self.optimizers["actor"] = adam(self.networks["actor"].parameters(), lr=cfg.lr,
                                                     weight_decay=cfg.weight_decay)
 
     def update(self) -> dict[str, float]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, as_float, offline_spec, register_offline, soft_update
+from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, adam, as_float, offline_spec, register_offline, soft_update
 from rlrobot.algorithms.registry import register_algorithm
 from rlrobot.policies.sac_policy import QEnsemble, SquashedGaussianActor
 
@@ -83,9 +83,9 @@ class CalQL(OfflineAlgorithm):
         nets["actor"] = SquashedGaussianActor(obs_dim, action_dim, cfg.hidden).to(self.device)
         self.log_alpha = torch.zeros((), device=self.device, requires_grad=True)
         self.target_entropy = -float(action_dim)
-        self.optimizers["critic"] = torch.optim.Adam(nets["critic"].parameters(), lr=cfg.lr)
-        self.optimizers["actor"] = torch.optim.Adam(nets["actor"].parameters(), lr=cfg.actor_lr)
-        self.optimizers["alpha"] = torch.optim.Adam([self.log_alpha], lr=cfg.actor_lr)
+        self.optimizers["critic"] = adam(nets["critic"].parameters(), lr=cfg.lr)
+        self.optimizers["actor"] = adam(nets["actor"].parameters(), lr=cfg.actor_lr)
+        self.optimizers["alpha"] = adam([self.log_alpha], lr=cfg.actor_lr)
 
     def state_dict(self):
         return {**super().state_dict(), "log_alpha": self.log_alpha.detach().clone()}

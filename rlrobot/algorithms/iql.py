@@ -22,6 +22,7 @@ from rlrobot.algorithms.bc import GaussianActor
 from rlrobot.algorithms.offline import (
     OfflineAlgorithm,
     OfflineConfig,
+    adam,
     as_float,
     expectile_loss,
     mlp,
@@ -66,7 +67,7 @@ class IQL(OfflineAlgorithm):
         nets["value"] = mlp(obs_dim, cfg.hidden, 1, layer_norm=cfg.critic_layer_norm).to(self.device)
         nets["actor"] = GaussianActor(obs_dim, action_dim, cfg.hidden).to(self.device)
         params = [*nets["critic"].parameters(), *nets["value"].parameters(), *nets["actor"].parameters()]
-        self.optimizers["all"] = torch.optim.Adam(params, lr=cfg.lr)
+        self.optimizers["all"] = adam(params, lr=cfg.lr)
 
     def losses(self, batch) -> dict[str, torch.Tensor]:
         cfg, nets = self.cfg, self.networks

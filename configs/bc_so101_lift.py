@@ -1,0 +1,7 @@
+"""Gaussian-MLP behaviour cloning on so101-lift (pass --dataset DIR); the CPU preset of so101-push (see there)."""
+
+import dataclasses
+
+from rlrobot.configs.bc_so101_push import CONFIG as PUSH
+
+CONFIG = dataclasses.replace(PUSH, task="so101-lift")
