@@ -1,0 +1,219 @@
+"""The benchmark registry: every figure of the README's Results table is an entry here, and ``rlrobot results run``
+reproduces it (``results/<name>.json``), from which ``rlrobot results table`` writes the README table and the PNGs.
+
+An entry is a pipeline of ``rlrobot`` command lines (collect, train, experts, bench) run once per seed. Placeholders
+in a step's argv: ``{seed}`` (the seed), ``{out}`` (this step's output: a directory, or a ``.json`` file for
+experts / bench steps) and ``{<step>}`` (an earlier step's output, e.g. ``--init {sft}``). Figures are named
+``<step>.<metric>``; what each step kind measures is in ``rlrobot.results.runner.step_figures``.
+
+Later issues add their entries to ``ENTRIES`` (one ``Entry(...)``); nothing else needs to change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+StepKind = Literal["train", "collect", "experts", "bench", "deploy"]
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    """short name: the step's output is <seed dir>/<name> (a directory, or <name>.json for experts / bench)"""
+    kind: StepKind
+    argv: tuple[str, ...]
+    """the rlrobot command line (without ``rlrobot``), with {seed}, {out} and {<earlier step>} placeholders"""
+
+    @property
+    def output_is_file(self) -> bool:
+        return self.kind in ("experts", "bench", "deploy")
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    """<step>.<metric> (see rlrobot.results.runner.step_figures)"""
+    label: str
+    fmt: str = ".2f"
+    per_seed: bool = False
+    """also list each seed's value in the table (headline figures)"""
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    """results/<name>.json; rlrobot results run --only <name>"""
+    title: str
+    """what the row is (the README table's first column)"""
+    task: str
+    """the task whose learning-curve PNG shows this entry (results/<task>.png)"""
+    steps: tuple[Step, ...]
+    figures: tuple[Figure, ...]
+    budget: str
+    """the budget in words (env steps, updates, episodes)"""
+    seeds: int = 1
+    """seeds 0..seeds-1 by default; headline rows use >= 3 (mean +- std)"""
+    cost: str = ""
+    """wall clock per seed on the development machine (2 CPU cores), for planning"""
+    target: str = ""
+    curve: str = ""
+    """<step>.<metric of metrics.jsonl> plotted in the task's PNG (e.g. train.eval/success_rate); '' = none"""
+    group: Literal["headline", "benchmark", "study"] = "benchmark"
+    notes: str = ""
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _train(task: str, algo: str, *flags: str, name: str = "train") -> Step:
+    return Step(name, "train", ("train", "--task", task, "--algo", algo, "--seed", "{seed}", "--out", "{out}",
+                                "--no-video", *flags))
+
+
+SUCCESS = Figure("train.success", "eval success", ".2f", per_seed=True)
+RETURN = Figure("train.return", "return", ".1f")
+ENV_STEPS = Figure("train.env_steps", "env steps", ",.0f")
+TRAIN_WALL = Figure("train.wall_s", "training s", ".0f")
+
+# The SFT and Flow-Noise presets of so101-lift as flags, for the contact-study variants of the task (presets are
+# looked up by task name; tests/results check these flags rebuild the presets exactly).
+SFT_LIFT_FLAGS = ("--num-envs", "1", "--sft.num-updates", "2000", "--eval-episodes", "64", "--checkpoint-every", "10")
+FLOW_NOISE_LIFT_FLAGS = ("--num-envs", "64", "--total-steps", "1600000", "--flow-ppo.rollout-chunks", "10",
+                         "--flow-ppo.critic-warmup-iterations", "2", "--eval-every", "50", "--eval-episodes", "64")
+
+
+def lift_pipeline(name: str, title: str, task: str = "so101-lift", seeds: int = 3, group: str = "headline",
+                  notes: str = "") -> Entry:
+    """10 expert demos -> few-shot SFT -> Flow-Noise PPO from the SFT checkpoint, every step seeded with {seed}."""
+    variant = task != "so101-lift"
+    prefix = ("results", "exec") if variant else ()  # the contact-study tasks exist under `rlrobot results exec`
+    collect = Step("data", "collect", (*prefix, "collect", "--task", task, "--episodes", "10", "--success-only",
+                                       "--out", "{out}", "--seed", "{seed}"))
+    sft = Step("sft", "train", (*prefix, "train", "--algo", "sft", "--task", task, "--dataset", "{data}", "--out", "{out}",
+                                "--seed", "{seed}", "--no-video", *(SFT_LIFT_FLAGS if variant else ())))
+    flow = Step("flow", "train", (*prefix, "train", "--algo", "flow-noise", "--task", task, "--init", "{sft}",
+                                  "--out", "{out}", "--seed", "{seed}", "--no-video",
+                                  *(FLOW_NOISE_LIFT_FLAGS if variant else ())))
+    return Entry(
+        name=name, title=title, task="so101-lift", steps=(collect, sft, flow), seeds=seeds, group=group,  # type: ignore[arg-type]
+        figures=(Figure("flow.success", "Flow-Noise eval success", ".3f", per_seed=True),
+                 Figure("flow.peak_success", "peak during training", ".3f"),
+                 Figure("sft.success", "SFT S0", ".3f", per_seed=True),
+                 Figure("data.expert_success", "expert in collection", ".2f"),
+                 Figure("flow.wall_s", "Flow-Noise training s", ".0f")),
+        budget="10 demos, 2,000 SFT updates, 1.6M env steps Flow-Noise PPO",
+        cost="~11 min per seed on the idle machine (SFT 1 min, Flow-Noise 10 min)", target=">= 0.9 mean over 3 seeds",
+        curve="flow.eval/success_rate", notes=notes)
+
+
+def _contact_study(variant: str, what: str) -> tuple[Entry, Entry]:
+    """The lift pipeline and the push-expert flung-cube check on one contact / floor variant of the tasks."""
+    lift = lift_pipeline(f"study-lift-{variant}", f"contact study: SFT + Flow-Noise so101-lift, {what}",
+                         task=f"so101-lift-{variant}", group="study")
+    experts = Entry(
+        name=f"study-experts-{variant}", title=f"contact study: scripted push / lift experts, {what}",
+        task="so101-push", group="study", seeds=1,
+        steps=(Step("experts", "experts", ("results", "experts", "--tasks", f"so101-push-{variant}",
+                                           f"so101-lift-{variant}", "--episodes", "256", "--seed", "{seed}",
+                                           "--json-out", "{out}")),
+               Step("noisy", "experts", ("results", "experts", "--tasks", f"so101-push-{variant}", "--episodes", "768",
+                                         "--noise", "0.3", "--seed", "{seed}", "--json-out", "{out}"))),
+        figures=(Figure(f"experts.so101-push-{variant}.success", "push expert success (256)", ".3f"),
+                 Figure(f"experts.so101-push-{variant}.lost", "push expert cube lost", ".3f"),
+                 Figure(f"experts.so101-lift-{variant}.success", "lift expert success (256)", ".3f"),
+                 Figure(f"noisy.so101-push-{variant}.lost", "noisy push expert (0.3) cube lost (768)", ".3f")),
+        budget="256 expert episodes per task; 768 noisy-expert episodes", cost="~1 min")
+    return lift, experts
+
+
+EXPERT_TASKS = ("so101-reach", "so101-push", "so101-lift")
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry(name="ppo-so101-reach", title="PPO so101-reach, preset", task="so101-reach", group="headline", seeds=3,
+          steps=(_train("so101-reach", "ppo"),), figures=(SUCCESS, RETURN, ENV_STEPS, TRAIN_WALL),
+          budget="500k env steps (498k: whole iterations)", cost="~1.5 min per seed idle", target=">= 0.95",
+          curve="train.eval/success_rate"),
+    Entry(name="sac-so101-reach", title="SAC so101-reach, preset", task="so101-reach", group="headline", seeds=3,
+          steps=(_train("so101-reach", "sac"),), figures=(SUCCESS, RETURN, ENV_STEPS, TRAIN_WALL),
+          budget="40k env steps", cost="~3.5 min per seed idle (update-bound)", target=">= 0.95",
+          curve="train.eval/success_rate"),
+    Entry(name="sac-gym-pendulum", title="SAC gym:Pendulum-v1, preset", task="gym:Pendulum-v1", seeds=3,
+          steps=(_train("gym:Pendulum-v1", "sac"),),
+          figures=(Figure("train.return", "eval return (8 episodes)", ".1f", per_seed=True), TRAIN_WALL),
+          budget="20k env steps", cost="~1.5 min per seed idle", target="return >= -200 (random: about -1200)",
+          curve="train.eval/return_mean"),
+    Entry(name="experts", title="scripted experts (ee_delta)", task="so101-push", seeds=1,
+          steps=(Step("experts64", "experts", ("results", "experts", "--tasks", *EXPERT_TASKS, "--episodes", "64",
+                                               "--seed", "{seed}", "--json-out", "{out}")),
+                 Step("experts256", "experts", ("results", "experts", "--tasks", *EXPERT_TASKS, "--episodes", "256",
+                                                "--seed", "{seed}", "--json-out", "{out}"))),
+          figures=tuple(Figure(f"experts64.{t}.success", f"{t.removeprefix('so101-')} (64)", ".2f") for t in EXPERT_TASKS)
+          + tuple(Figure(f"experts256.{t}.success", f"{t.removeprefix('so101-')} (256)", ".3f") for t in EXPERT_TASKS)
+          + (Figure("experts256.so101-push.lost", "push cube lost (256)", ".3f"),),
+          budget="64 and 256 seeded episodes per task", cost="~1 min", target="push >= 0.99 over 256 episodes"),
+    lift_pipeline("sft-flow-noise-so101-lift", "SFT + Flow-Noise PPO so101-lift (10 demos)"),
+    Entry(name="sac-so101-push", title="SAC so101-push, preset", task="so101-push", seeds=1,
+          steps=(_train("so101-push", "sac"),), figures=(SUCCESS, RETURN, TRAIN_WALL),
+          budget="400k env steps", cost="~40 min per seed idle", target=">= 0.9", curve="train.eval/success_rate"),
+    Entry(name="ppo-so101-lift", title="PPO so101-lift from scratch, preset (dense reward)", task="so101-lift", seeds=1,
+          steps=(_train("so101-lift", "ppo"),),
+          figures=(SUCCESS, RETURN, Figure("train.peak_success", "peak eval success", ".2f"),
+                   Figure("train.train_success", "training success (last 200 episodes)", ".2f"), TRAIN_WALL),
+          budget="5M env steps", cost="~35 min per seed idle", target=">= 0.8", curve="train.eval/success_rate"),
+    Entry(name="ppo-maniskill-pushcube", title="PPO maniskill:PushCube-v1 (state, CPU sim, 16 envs), preset",
+          task="maniskill:PushCube-v1", seeds=1, steps=(_train("maniskill:PushCube-v1", "ppo"),),
+          figures=(Figure("train.train_success", "training success (last episodes)", ".2f", per_seed=True),
+                   SUCCESS, TRAIN_WALL),
+          budget="200k env steps", cost="~7 min idle (extra: maniskill)", curve="train.eval/success_rate"),
+    Entry(name="bench-so101-reach", title="bench: so101-reach env steps/s at 64 / 256 / 1024 envs (raw mj_step, VecEnv, "
+          "PPO training) and SAC at its preset", task="so101-reach", seeds=1,
+          steps=(Step("bench", "bench", ("bench", "--json-out", "{out}")),),
+          figures=tuple(Figure(f"bench.ppo.{i}.{k}", f"{what} @{n}", ",.0f") for i, n in enumerate((64, 256, 1024))
+                        for k, what in (("raw_steps_per_s", "mj_step"), ("vecenv_steps_per_s", "VecEnv"),
+                                        ("ppo_steps_per_s", "PPO"))) +
+          (Figure("bench.sac.sac_env_steps_per_s", "SAC training", ",.0f"),
+           Figure("bench.sac.sac_updates_per_s", "SAC updates/s", ",.0f")),
+          budget="3 s per figure", cost="~2 min"),
+    Entry(name="bench-mjwarp-cpu", title="bench: MuJoCo Warp on Warp's CPU device vs native MuJoCo, so101-reach, "
+          "env steps/s at 16 / 64 envs", task="so101-reach", seeds=1,
+          steps=(Step("bench", "bench", ("bench", "--backend", "mjwarp", "--device", "cpu", "--num-envs", "16", "64",
+                                         "--json-out", "{out}")),),
+          figures=tuple(Figure(f"bench.rows.{i}.{k}", f"{what} @{n}", ",.0f") for i, n in enumerate((16, 64))
+                        for k, what in (("native_raw_steps_per_s", "native mj_step"), ("warp_raw_steps_per_s", "Warp step"),
+                                        ("warp_vecenv_steps_per_s", "Warp VecEnv"), ("warp_ppo_steps_per_s", "PPO on Warp"))),
+          budget="3 s per figure", cost="~3 min (extra: mjwarp)", notes="Warp's CPU device is for correctness checks"),
+    Entry(name="bench-maniskill", title="bench: ManiSkill PushCube-v1 CPU sim vs our adapter, env steps/s at 1 / 8 envs",
+          task="maniskill:PushCube-v1", seeds=1,
+          steps=(Step("bench", "bench", ("bench", "--backend", "maniskill", "--num-envs", "1", "8", "--json-out", "{out}")),),
+          figures=tuple(Figure(f"bench.rows.{i}.{k}", f"{what} @{n}", ",.0f") for i, n in enumerate((1, 8))
+                        for k, what in (("sim_steps_per_s", "ManiSkill"), ("vecenv_steps_per_s", "adapter"))),
+          budget="3 s per figure", cost="~2 min (extra: maniskill)"),
+    Entry(name="deploy-twin-ppo-so101-reach", title="deploy: PPO so101-reach served over loopback to the twin, real "
+          "time, default safety limits", task="so101-reach", seeds=1,
+          steps=(_train("so101-reach", "ppo"),
+                 Step("deploy", "deploy", ("results", "deploy-twin", "--checkpoint", "{train}", "--episodes", "20",
+                                            "--seed", "500", "--json-out", "{out}"))),
+          figures=(Figure("deploy.success_rate", "twin success (20 episodes)", ".2f"),
+                   Figure("deploy.changed_commands", "commands changed by the supervisor", ".3f"),
+                   Figure("deploy.round_trip_median_ms", "round trip median ms", ".1f"),
+                   Figure("train.success", "simulation eval success", ".2f")),
+          budget="the PPO reach preset, then 20 twin episodes", cost="~3 min"),
+)
+
+# The contact / floor question of issue 23: old (0.005) vs new (0.03) contacts, with and without the Cartesian floor,
+# and stiff jaw/cube contacts with the soft cube/table pair. Variant tasks: rlrobot.results.variants.
+STUDY_VARIANTS: dict[str, tuple[str, dict]] = {
+    "contacts-0.005": ("old contacts (solref 0.005), with the floor", {"contact_solref": 0.005}),
+    "nofloor": ("today's contacts (0.03), no Cartesian floor", {"jaw_tip_floor": None}),
+    "contacts-0.005-nofloor": ("old contacts (0.005), no floor: the physics of the 0.98 run",
+                               {"contact_solref": 0.005, "jaw_tip_floor": None}),
+    "jaws-0.005": ("stiff jaw contacts (jaw solref 0.005), soft cube/table (0.03), with the floor",
+                   {"jaw_solref": 0.005}),
+}
+ENTRIES = ENTRIES + tuple(e for variant, (what, _) in STUDY_VARIANTS.items() for e in _contact_study(variant, what))
+
+
+def entry(name: str) -> Entry:
+    for e in ENTRIES:
+        if e.name == name:
+            return e
+    raise ValueError(f"no results entry {name!r}; registered: {', '.join(e.name for e in ENTRIES)}")
