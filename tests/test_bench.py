@@ -51,3 +51,36 @@ def test_bench_rejects_unknown_backend():
 
     with pytest.raises(ValueError, match="backend='physx' is not one of"):
         BenchArgs(backend="physx")
+
+
+def test_peers_bench_interleaves_and_reports_ratios(tmp_path):
+    """rlrobot and the peers on the same task in one run; ratios are the medians' quotients. Needs the bench extra."""
+    import pytest
+
+    from rlrobot.bench.peers_bench import PeerSettings, missing_peers, run_peers_bench
+
+    if missing_peers():
+        pytest.skip(f"{', '.join(missing_peers())} not installed: pip install 'rlrobot[bench]'")
+    s = PeerSettings(num_envs=2, rollout_steps=8, num_epochs=1, minibatch_size=8, hidden=(16,), iterations=1,
+                     raw_num_envs=(2,), raw_seconds=0.1, rounds=2)
+    result = run_peers_bench(s, only=("ppo_rlrobot_native", "ppo_sb3", "raw_rlrobot_physics", "raw_envpool"),
+                             progress_json=str(tmp_path / "p.json"))
+    med = result["median"]
+    assert set(med) == {"ppo_rlrobot_native", "ppo_sb3", "raw_rlrobot_physics_2", "raw_envpool_2"}
+    assert all(len(v) == 2 and min(v) > 0 for v in result["samples"].values())
+    ratio = result["ratios"]["PPO train: rlrobot native / SB3"]
+    assert abs(ratio - med["ppo_rlrobot_native"] / med["ppo_sb3"]) < 1e-12
+    assert json.loads((tmp_path / "p.json").read_text())["samples"]["ppo_sb3"] == result["samples"]["ppo_sb3"]
+
+
+def test_peers_bench_names_the_extra_when_a_peer_is_missing(monkeypatch):
+    import importlib.util
+
+    import pytest
+
+    from rlrobot.bench import peers_bench
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "envpool" else real(name, *a))
+    with pytest.raises(ImportError, match=r"envpool.*rlrobot\[bench\]"):
+        peers_bench.run_peers_bench(peers_bench.PeerSettings())

@@ -2,7 +2,8 @@
 
 (a) raw: ``mj_step`` x frame_skip on every MjData through the same thread pool, nothing else;
 (b) VecEnv: ``env.step`` with random actions (action mapping, IK, gather, rewards, observations, autoreset);
-(c) PPO: full training iterations (rollout with policy inference + update).
+(c) PPO: a real training run (``OnPolicyRunner.learn()``, as ``rlrobot train``): its env steps over its training wall
+    time, every iteration counted (rollout with policy inference, update, normaliser), no warm-up discarded.
 (d) SAC at the task's SAC preset (its num_envs, UTD and batch): gradient updates/s and training env steps/s with a
     warm replay buffer, against collection alone (no updates) and (a) measured at the same num_envs.
 For reference it also times ``mujoco.rollout`` on the same batch (physics only, state arrays in and out): the
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from rich.console import Console
 from rich.table import Table
+
+from rlrobot.bench.peers_bench import PeerSettings, run_peers_bench
 
 console = Console(width=max(Console().width, 110))
 
@@ -32,7 +35,8 @@ class BenchArgs:
     num_envs: tuple[int, ...] = (64, 256, 1024)
     seconds: float = 3.0
     """time budget for each of (a) and (b) at each size"""
-    ppo_iterations: int = 2
+    ppo_iterations: int = 5
+    """iterations of the real PPO training run timed for (c)"""
     num_threads: int = 0
     torch_threads: int = 1
     control_mode: str = "ee_delta"
@@ -47,6 +51,13 @@ class BenchArgs:
     """where the mjwarp bench runs Warp and PPO: auto (cuda if available) | cpu | cuda"""
     ppo_steps: int = 16
     """rollout length of the PPO iterations in the mjwarp and maniskill benches"""
+    peers: bool = False
+    """time Stable-Baselines3 PPO / SAC, rsl_rl PPO and EnvPool against rlrobot on the same task, network and batch,
+    interleaved in this one run, and print the ratios (needs the extra: pip install 'rlrobot[bench]')"""
+    peer: PeerSettings = field(default_factory=PeerSettings)
+    """settings of --peers (task, envs, rollout, epochs, minibatch, network, rounds)"""
+    json: str | None = None
+    """write every figure with its config to this JSON file (same as --json-out)"""
 
     def __post_init__(self):
         if self.backend not in BENCH_BACKENDS:
@@ -78,20 +89,25 @@ def vecenv_rate(env, num_envs: int, seconds: float) -> float:
 
 
 def ppo_rate(cfg, iterations: int) -> float:
-    """Env steps/s of full PPO iterations (rollout + update) after one warm-up iteration."""
+    """Env steps/s of a real training run: ``OnPolicyRunner.learn()`` (what ``rlrobot train`` runs) for ``iterations``
+    iterations from a fresh runner, its env steps over its training wall time (every iteration counted, the first
+    included: rollout with policy inference, update, normaliser, logging; the final evaluation of 1 episode and the
+    checkpoint writes are outside it, as in the figure ``rlrobot train`` prints)."""
+    import tempfile
+    from contextlib import redirect_stdout
+    from io import StringIO
+
     from rlrobot.runners.on_policy import OnPolicyRunner
 
-    runner = OnPolicyRunner(cfg)
-    runner.obs, _ = runner.env.reset(seed=0)
-    runner._rollout()
-    runner.update()  # warm up
-    start = time.perf_counter()
-    for _ in range(iterations):
-        runner._rollout()
-        runner.update()
-    rate = iterations * cfg.num_envs * cfg.ppo.rollout_steps / (time.perf_counter() - start)
-    runner.env.close()
-    return rate
+    with tempfile.TemporaryDirectory(prefix="rlrobot-bench-") as out:
+        cfg.out, cfg.logger, cfg.video = out, "none", False
+        cfg.total_steps = iterations * cfg.num_envs * cfg.ppo.rollout_steps
+        cfg.eval_every, cfg.eval_envs, cfg.eval_episodes, cfg.checkpoint_every = 0, 1, 1, 10**6
+        runner = OnPolicyRunner(cfg)
+        with redirect_stdout(StringIO()):
+            summary = runner.learn()
+        runner.env.close()
+    return summary["env_steps"] / runner.wall_time
 
 
 def rollout_rate(env, seconds: float) -> float:
@@ -117,6 +133,13 @@ def rollout_rate(env, seconds: float) -> float:
 
 
 def run_bench(args: BenchArgs) -> dict:
+    args.json_out = args.json or args.json_out
+    if args.peers:
+        result = run_peers_bench(args.peer, progress_json=args.json_out)
+        if args.json_out:
+            with open(args.json_out, "w") as f:
+                json.dump(result, f, indent=2)
+        return result
     if args.backend != "mujoco":
         if args.backend == "mjwarp":
             from rlrobot.bench.mjwarp_bench import run_mjwarp_bench as run_other
