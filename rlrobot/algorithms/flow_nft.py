@@ -53,6 +53,8 @@ from rlrobot.data.rollout_storage import RolloutStorage
 from rlrobot.policies.flow import FlowPolicy
 
 SAMPLERS = ("ode", "noise")
+OPTIMALITY = ("gae", "group")
+GROUP_SCORES = ("return", "success")
 WEIGHTINGS = ("adaptive", "none")
 
 
@@ -66,6 +68,15 @@ class FlowNFTConfig(AlgorithmConfig):
     """minibatches per pass"""
     times_per_sample: int = 2
     """fresh (t, eps) draws per chunk in each minibatch (the paper trains on several times per sample)"""
+    optimality: Literal["gae", "group"] = "gae"
+    """where r comes from: gae (per-chunk GAE advantage from the value head) | group (whole episodes from shared start
+    states, scored by episode outcome and normalised within their group; no critic)"""
+    group_size: int = 8
+    """(group) envs that share one start state; num_envs must be a multiple"""
+    group_score: Literal["return", "success"] = "return"
+    """(group) the episode outcome: return (dense) | success"""
+    max_drift: float = 0.0
+    """clip |v_theta - v_old| elementwise at this value inside the loss (a trust region; 0 = off)"""
     beta: float = 1.0
     """implicit-policy step beta: v+ = (1 - beta) v_old + beta v_theta, v- = (1 + beta) v_old - beta v_theta"""
     adv_clip: float = 2.0
@@ -102,6 +113,14 @@ class FlowNFTConfig(AlgorithmConfig):
 
     def validate(self, run) -> None:
         run.trim.validate()
+        if self.optimality not in OPTIMALITY:
+            raise ValueError(f"flow_nft.optimality={self.optimality!r} is not one of {OPTIMALITY}")
+        if self.group_score not in GROUP_SCORES:
+            raise ValueError(f"flow_nft.group_score={self.group_score!r} is not one of {GROUP_SCORES}")
+        if self.max_drift < 0:
+            raise ValueError(f"flow_nft.max_drift must be >= 0 (0 = off), got {self.max_drift}")
+        if self.optimality == "group":
+            self._validate_group(run)
         if self.denoising_steps < 0:
             raise ValueError(f"flow_nft.denoising_steps must be >= 0 (0 = the --init checkpoint's K), got {self.denoising_steps}")
         for name in ("rollout_chunks", "times_per_sample", "num_epochs", "num_minibatches"):
@@ -131,6 +150,19 @@ class FlowNFTConfig(AlgorithmConfig):
             raise ValueError(f"num_envs x flow_nft.rollout_chunks = {run.num_envs * self.rollout_chunks} must be "
                              f"divisible by flow_nft.num_minibatches={self.num_minibatches}")
 
+    def _validate_group(self, run) -> None:
+        if ":" in run.task:
+            raise ValueError(f"flow_nft.optimality='group' copies start states between envs, which needs a native task "
+                             f"(get_state / set_state); task={run.task!r} is not one")
+        if self.group_size < 2 or run.num_envs % self.group_size:
+            raise ValueError(f"flow_nft.group_size={self.group_size} must be >= 2 and divide num_envs={run.num_envs}")
+        episode = run.episode_steps()
+        execute = run.flow.execute_steps or run.flow.chunk_size
+        if episode and self.rollout_chunks * execute != episode:
+            raise ValueError(f"flow_nft.optimality='group' scores whole episodes: flow_nft.rollout_chunks x "
+                             f"flow.execute_steps = {self.rollout_chunks} x {execute} must equal the episode length "
+                             f"{episode} (set flow_nft.rollout_chunks={episode // execute} if it divides)")
+
     def env_steps_per_iteration(self, run) -> int:
         return run.num_envs * self.rollout_chunks * (run.flow.execute_steps or run.flow.chunk_size)
 
@@ -140,18 +172,36 @@ class FlowNFTConfig(AlgorithmConfig):
             run.flow.denoising_steps = self.denoising_steps
 
 
+def group_advantages(scores: torch.Tensor, group_size: int, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Episode scores [N] (envs in consecutive groups that shared a start state) -> (score - group mean) / std, with
+    the std over the whole batch (DiffusionNFT's global-std option: tiny differences inside a group of near-equal
+    outcomes are not blown up to +-1). Invalid episodes (``valid`` False) get 0 and do not enter the statistics."""
+    valid = torch.ones_like(scores, dtype=torch.bool) if valid is None else valid
+    grouped = scores.reshape(-1, group_size)
+    weights = valid.reshape(-1, group_size).float()
+    count = weights.sum(-1, keepdim=True).clamp_min(1.0)
+    mean = (grouped * weights).sum(-1, keepdim=True) / count
+    centred = (grouped - mean) * weights
+    std = centred.square().sum().div(weights.sum().clamp_min(1.0)).sqrt().clamp_min(1e-6)
+    return (centred / std).reshape(-1)
+
+
 def optimality(advantages: torch.Tensor, adv_clip: float) -> torch.Tensor:
     """r = clip(A / c, -1, 1) / 2 + 1/2 in [0, 1]."""
     return (advantages / adv_clip).clamp(-1.0, 1.0) * 0.5 + 0.5
 
 
 def nft_loss(v_theta: torch.Tensor, v_old: torch.Tensor, target: torch.Tensor, r: torch.Tensor, beta: float,
-             times: torch.Tensor, weighting: str = "adaptive", mask: torch.Tensor | None = None) -> torch.Tensor:
+             times: torch.Tensor, weighting: str = "adaptive", mask: torch.Tensor | None = None,
+             max_drift: float = 0.0) -> torch.Tensor:
     """Per-sample NFT loss [B] (before the c scale): (r w+ ||v+ - u||^2 + (1 - r) w- ||v- - u||^2) / beta.
 
     ``v_theta``, ``v_old``, ``target`` are [B, D]; ``r`` [B]; ``times`` [B] (for the adaptive weight's x0-space scale);
-    ``mask`` [B, D] selects the elements that count (the executed part of a chunk)."""
+    ``mask`` [B, D] selects the elements that count (the executed part of a chunk); ``max_drift`` > 0 clips
+    v_theta - v_old elementwise (no gradient beyond the clip, as PPO's ratio clip)."""
     v_old = v_old.detach()
+    if max_drift > 0:
+        v_theta = v_old + (v_theta - v_old).clamp(-max_drift, max_drift)
     positive = (1.0 - beta) * v_old + beta * v_theta
     negative = (1.0 + beta) * v_old - beta * v_theta
     m = torch.ones_like(target) if mask is None else mask.to(target.dtype)
@@ -240,7 +290,7 @@ class FlowNFT:
         with torch.no_grad():
             v_old, _ = self.reference.velocity(x_t, t, ref_emb)
         mask = self.executed_mask.expand_as(a)
-        per_sample = nft_loss(v_theta, v_old, eps - a, r.repeat(n), cfg.beta, t, cfg.weighting, mask)
+        per_sample = nft_loss(v_theta, v_old, eps - a, r.repeat(n), cfg.beta, t, cfg.weighting, mask, cfg.max_drift)
         loss = cfg.adv_clip * per_sample.mean()
         stats = {"nft_loss": loss.item()}
         if self.anchor is not None:
@@ -253,15 +303,20 @@ class FlowNFT:
 
     def update(self, generator: torch.Generator | None = None) -> dict[str, float]:
         cfg, storage, policy = self.cfg, self.storage, self.policy
-        storage.advantages = normalized_advantages(storage.advantages, self.sync)
-        warmup = self.iterations < cfg.critic_warmup_iterations
+        critic = cfg.optimality == "gae"
+        if critic:  # group advantages were normalised within their groups by the runner
+            storage.advantages = normalized_advantages(storage.advantages, self.sync)
+        warmup = critic and self.iterations < cfg.critic_warmup_iterations
         totals: dict[str, float] = {}
         n = 0
         for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
             r = optimality(mb["advantages"], cfg.adv_clip)
-            value_loss = clipped_value_loss(policy.value(mb["obs"]), mb["values"], mb["returns"], cfg.value_clip)
-            loss = value_loss
-            stats = {"value_loss": value_loss.item(), "r_mean": r.mean().item()}
+            stats = {"r_mean": r.mean().item(), "r_decisive": ((r - 0.5).abs() > 0.25).float().mean().item()}
+            loss = torch.zeros((), device=self.device)
+            if critic:
+                value_loss = clipped_value_loss(policy.value(mb["obs"]), mb["values"], mb["returns"], cfg.value_clip)
+                loss = loss + value_loss
+                stats["value_loss"] = value_loss.item()
             if not warmup:
                 nft, nft_stats = self.loss(mb["obs"], mb["chunks"], r, generator)
                 loss = loss + nft

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from rlrobot.algorithms.flow_nft import FlowNFT
+from rlrobot.algorithms.flow_nft import FlowNFT, group_advantages
 from rlrobot.algorithms.flow_ppo import FlowPPO
 from rlrobot.algorithms.policytrim import ExecuteCurriculum
 from rlrobot.config import TrainConfig
@@ -128,6 +128,58 @@ class FlowNFTRunner(FlowOnPolicyRunner):
             if self.curriculum.windowed_success is not None:
                 metrics["trim/windowed_success"] = self.curriculum.windowed_success
         return metrics
+
+    def _rollout(self) -> dict[str, float]:
+        if self.section.optimality == "gae":
+            return super()._rollout()
+        return self._group_rollout()
+
+    def group_starts(self) -> dict[str, torch.Tensor]:
+        """Reset every env, then give each group of ``group_size`` consecutive envs its first env's start state
+        (object poses, targets, physics and camera randomisation): the group's episodes differ only by the policy's
+        samples, so their outcomes rank the policy's chunks (GRPO / DiffusionNFT groups)."""
+        env, size = self.env, self.section.group_size
+        env.reset(seed=self.seed + 1_000 * (self.iteration + 1))
+        state = env.get_state()
+        leaders = torch.arange(env.num_envs).div(size, rounding_mode="floor").mul(size).numpy()
+        arrays = {k: v[leaders] if getattr(v, "ndim", 0) >= 1 and v.shape[0] == env.num_envs else v
+                  for k, v in state["arrays"].items()}
+        env.set_state({**state, "arrays": arrays})
+        return env.observe()
+
+    def _group_rollout(self) -> dict[str, float]:
+        """One whole episode per env from grouped start states; every chunk of an episode gets its group-normalised
+        outcome as its advantage. Chunks after an early episode end (a new episode without an outcome) are neutral."""
+        env, algo, section = self.env, self.algo, self.section
+        n = env.num_envs
+        scores = torch.zeros(n, device=self.device)
+        finished = torch.zeros(n, dtype=torch.bool, device=self.device)
+        live_chunks = []
+        key = "success_once" if section.group_score == "success" else "return"
+        with torch.inference_mode():
+            obs = self.group_starts()
+            for _ in range(section.rollout_chunks):
+                actions, fields, _ = algo.rollout_act(obs, self.generator)
+                chunk_obs = {k: obs[k] for k in self.obs_keys}
+                live_chunks.append(~finished)
+                for j in range(self.execute_steps):
+                    obs, _, _, _, info = env.step(actions[:, j].clamp(-1.0, 1.0))
+                    if "episode" in info:
+                        ep = info["episode"]
+                        ids = ep["env_ids"].to(self.device)
+                        first = ~finished[ids]
+                        scores[ids[first]] = ep[key].to(self.device, torch.float32)[first]
+                        finished[ids] = True
+                    self.track_episodes(info)
+                zeros = torch.zeros(n, device=self.device)
+                algo.storage.add(chunk_obs, **fields, values=zeros, rewards=zeros, dones=zeros)
+        self.obs = obs
+        advantages = group_advantages(scores, section.group_size, finished)
+        live = torch.stack(live_chunks)
+        algo.storage.advantages = torch.where(live, advantages[None, :].expand_as(live), torch.zeros_like(live, dtype=torch.float32))
+        algo.storage.returns = torch.zeros_like(algo.storage.advantages)
+        return {"train/group_score_mean": float(scores[finished].mean()) if finished.any() else 0.0,
+                "train/episodes_scored": float(finished.float().mean())}
 
     def set_execute_steps(self, execute_steps: int) -> None:
         self.execute_steps = self.policy.execute_steps = self.cfg.flow.execute_steps = execute_steps

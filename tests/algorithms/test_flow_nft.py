@@ -196,3 +196,53 @@ def test_curriculum_in_a_run_keeps_the_env_step_budget_and_saves_the_execute_len
     follow.flow_nft.denoising_steps = 1
     follow.prepare()
     assert (follow.flow.chunk_size, follow.flow.execute_steps, follow.flow.denoising_steps) == (4, 4, 1)
+
+
+def test_group_advantages_centre_within_groups_and_scale_by_the_batch_std():
+    from rlrobot.algorithms.flow_nft import group_advantages
+
+    scores = torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 2.0, 2.0, 2.0])
+    adv = group_advantages(scores, group_size=4)
+    centred = torch.tensor([0.5, -0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    assert torch.allclose(adv, centred / centred.square().mean().sqrt())
+    valid = torch.tensor([True, True, True, False, True, True, True, True])
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.5, 99.0, 2.0, 2.0, 2.0, 2.0]), 4, valid)
+    assert adv[3] == 0 and torch.isclose(adv[:3].sum(), torch.tensor(0.0), atol=1e-6)  # the invalid score is ignored
+
+
+def test_group_mode_shares_start_states_and_scores_whole_episodes(tmp_path):
+    cfg = train_config("flow-nft", task="so101-lift", num_envs=4, total_steps=4 * 8, out=str(tmp_path / "group"),
+                       logger="none", video=False, eval_episodes=2, eval_envs=2, num_threads=1, init="none",
+                       max_episode_steps=8, flow=dataclasses.replace(SMALL_FLOW, chunk_size=4))
+    cfg.flow_nft.optimality, cfg.flow_nft.group_size = "group", 2
+    cfg.flow_nft.rollout_chunks, cfg.flow_nft.num_minibatches = 2, 2
+    cfg.validate()
+    runner = FlowNFTRunner(cfg)
+    obs = runner.group_starts()
+    cube = obs["state"]  # the state holds the cube's pose: equal inside a group, different across groups
+    assert torch.equal(cube[0], cube[1]) and torch.equal(cube[2], cube[3]) and not torch.equal(cube[0], cube[2])
+    stats = runner._rollout()
+    assert stats["train/episodes_scored"] == 1.0  # every env finished exactly one episode in the rollout
+    adv = runner.algo.storage.advantages
+    assert adv.shape == (2, 4) and torch.equal(adv[0], adv[1])  # every chunk of an episode shares its outcome
+    assert torch.allclose(adv[0].reshape(2, 2).sum(-1), torch.zeros(2), atol=1e-5)  # centred inside each group
+    update = runner.algo.update(torch.Generator().manual_seed(0))
+    assert "value_loss" not in update and "nft_loss" in update
+    runner.env.close()
+    bad = train_config("flow-nft", task="so101-lift", num_envs=4, init="none", max_episode_steps=8,
+                       flow=dataclasses.replace(SMALL_FLOW, chunk_size=4))
+    bad.flow_nft.optimality, bad.flow_nft.group_size, bad.flow_nft.rollout_chunks = "group", 2, 3
+    with pytest.raises(ValueError, match="must equal the episode length 8"):
+        bad.validate()
+    bad.flow_nft.rollout_chunks, bad.flow_nft.group_size = 2, 3
+    with pytest.raises(ValueError, match="group_size=3 must be >= 2 and divide num_envs=4"):
+        bad.validate()
+
+
+def test_max_drift_stops_the_gradient_beyond_the_clip():
+    v_old = torch.zeros(4, 6)
+    v_theta = torch.cat([torch.full((2, 6), 1.0), torch.full((2, 6), 0.05)]).requires_grad_(True)
+    target = torch.randn(4, 6, generator=torch.Generator().manual_seed(0))
+    nft_loss(v_theta, v_old, target, torch.ones(4), beta=1.0, times=torch.full((4,), 0.5), weighting="none",
+             max_drift=0.1).sum().backward()
+    assert torch.all(v_theta.grad[:2] == 0) and torch.all(v_theta.grad[2:] != 0)
