@@ -29,6 +29,9 @@ class ActorCriticConfig:
     """running mean / std normalisation of the observation, saved with the weights"""
     obs_key: str = "state"
     """the observation the MLPs read"""
+    instruction_key: str = ""
+    """an instruction embedding the MLPs also read, concatenated to the normalised state (e.g.
+    "instruction_embedding" of the so101 suite tasks); "" = none (every task without instructions)"""
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -52,21 +55,23 @@ def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str) -> 
 class ActorCritic(nn.Module):
     """Gaussian policy over actions in [-1, 1] (samples are clipped by the caller before reaching the env)."""
 
-    def __init__(self, obs_dim: int, action_dim: int, cfg: ActorCriticConfig | None = None):
+    def __init__(self, obs_dim: int, action_dim: int, cfg: ActorCriticConfig | None = None, instruction_dim: int = 0):
         super().__init__()
         cfg = cfg or ActorCriticConfig()
         self.cfg = cfg
         self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.instruction_dim = instruction_dim if cfg.instruction_key else 0
         self.normalizer = RunningNormalizer(obs_dim) if cfg.normalize_obs else nn.Identity()
-        self.actor = mlp(obs_dim, cfg.actor_hidden, action_dim, cfg.activation)
-        self.critic = mlp(obs_dim, cfg.critic_hidden, 1, cfg.activation)
+        in_dim = obs_dim + self.instruction_dim
+        self.actor = mlp(in_dim, cfg.actor_hidden, action_dim, cfg.activation)
+        self.critic = mlp(in_dim, cfg.critic_hidden, 1, cfg.activation)
         self.log_std = nn.Parameter(torch.full((action_dim,), float(torch.log(torch.tensor(cfg.init_noise_std)))))
         # small last actor layer: initial actions near zero, exploration from the std (CleanRL / RSL-RL practice)
         nn.init.orthogonal_(self.actor[-1].weight, 0.01)
         nn.init.zeros_(self.actor[-1].bias)
 
     def features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.normalizer(obs[self.cfg.obs_key])
+        return with_instruction(self.normalizer(obs[self.cfg.obs_key]), obs, self.cfg.instruction_key)
 
     def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
         if isinstance(self.normalizer, RunningNormalizer):
@@ -86,13 +91,38 @@ class ActorCritic(nn.Module):
     def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.critic(self.features(obs)).squeeze(-1)
 
-    def forward(self, state: torch.Tensor) -> torch.Tensor:
-        """Deterministic action from a raw state tensor, normaliser included (what TorchScript / ONNX export)."""
-        return self.actor(self.normalizer(state)).clamp(-1.0, 1.0)
+    def forward(self, state: torch.Tensor, instruction: torch.Tensor | None = None) -> torch.Tensor:
+        """Deterministic action from a raw state tensor (and the instruction embedding, for a policy that reads
+        one), normaliser included (what TorchScript / ONNX export)."""
+        x = self.normalizer(state)
+        if self.instruction_dim:
+            x = torch.cat([x, instruction.to(x.dtype)], -1)
+        return self.actor(x).clamp(-1.0, 1.0)
+
+
+def with_instruction(x: torch.Tensor, obs: dict[str, torch.Tensor], key: str) -> torch.Tensor:
+    """The features ``x`` with the observation's instruction embedding concatenated (``key`` "" = unchanged)."""
+    if not key:
+        return x
+    if key not in obs:
+        raise KeyError(f"the policy reads the instruction embedding {key!r}, which this batch lacks (it has "
+                       f"{sorted(obs)}): the task has no instructions, or the runner did not store the key")
+    return torch.cat([x, obs[key].to(x.dtype)], -1)
+
+
+def instruction_dim(meta: dict[str, Any], key: str) -> int:
+    """Width of the instruction embedding ``key`` in a checkpoint's observation space (0 when ``key`` is "")."""
+    if not key:
+        return 0
+    space = meta.get("observation_space", {})
+    if key not in space or len(space[key]) != 1:
+        raise ValueError(f"policy.instruction_key={key!r} is not a vector observation of task {meta.get('task')!r}; "
+                         f"it has {sorted(space)}")
+    return int(space[key][0])
 
 
 def _build(meta: dict[str, Any], cfg: ActorCriticConfig) -> ActorCritic:
-    return ActorCritic(meta["obs_dim"], meta["action_dim"], cfg)
+    return ActorCritic(meta["obs_dim"], meta["action_dim"], cfg, instruction_dim(meta, cfg.instruction_key))
 
 
 register_policy(PolicySpec("actor-critic", "policy", ActorCriticConfig, _build, legacy_class="ActorCritic"))

@@ -31,6 +31,7 @@ from .actor_critic import ACTIVATIONS, mlp
 from .registry import PolicySpec, register_policy
 
 SAMPLE_MODES = ("ode", "noise", "sde")
+INSTRUCTION_KEY = "instruction_embedding"  # a sentence embedding (tasks/so101_suite.py): not normalised, fused
 
 
 @dataclass
@@ -63,6 +64,11 @@ class FlowPolicyConfig:
     """upper bound of the Flow-Noise step std"""
     value_hidden: tuple[int, ...] = (256, 256)
     """value head on the detached observation embedding (used by flow-policy PPO)"""
+    instruction_fusion: Literal["concat", "film"] = "concat"
+    """how an "instruction_embedding" in obs_keys conditions the policy: "concat" (projected and concatenated with
+    the other encoders' features) or "film" (scales and shifts the fused observation embedding)"""
+    instruction_dim: int = 64
+    """width of the instruction projection ("concat")"""
 
     def validate(self) -> None:
         if self.chunk_size < 1:
@@ -79,6 +85,11 @@ class FlowPolicyConfig:
                              f"{self.noise_std_min} / {self.noise_std_max}")
         if not self.obs_keys:
             raise ValueError("flow.obs_keys must name at least one observation key")
+        if self.instruction_fusion not in ("concat", "film"):
+            raise ValueError(f"flow.instruction_fusion={self.instruction_fusion!r} is not one of ('concat', 'film')")
+        if self.obs_keys == (INSTRUCTION_KEY,) and self.instruction_fusion == "film":
+            raise ValueError("flow.instruction_fusion='film' modulates the other observations' embedding: add 'state' "
+                             "or an image key to flow.obs_keys")
 
 
     def validate_for(self, run) -> None:
@@ -321,9 +332,19 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
         act = cfg.activation
         branches: dict[str, nn.Module] = {}
         widths = 0
+        self.film: nn.Linear | None = None
         for key in self.obs_keys:
             shape = obs_shapes[key]
-            if len(shape) == 1:
+            if key == INSTRUCTION_KEY:
+                if cfg.instruction_fusion == "film":
+                    # zero-initialised: the policy starts as the unconditioned one, modulation is learnt
+                    self.film = nn.Linear(shape[0], 2 * cfg.embed_dim)
+                    nn.init.zeros_(self.film.weight)
+                    nn.init.zeros_(self.film.bias)
+                else:
+                    branches[key] = nn.Sequential(nn.Linear(shape[0], cfg.instruction_dim), ACTIVATIONS[act]())
+                    widths += cfg.instruction_dim
+            elif len(shape) == 1:
                 state_dim = shape[0]
                 self.register_buffer("state_mean", torch.zeros(state_dim))
                 self.register_buffer("state_std", torch.ones(state_dim))
@@ -366,11 +387,19 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
     def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         parts = []
         for key in self.obs_keys:
+            if key not in self.branches:
+                continue
             x = obs[key]
-            if x.dim() == 2:
+            if key == INSTRUCTION_KEY:
+                x = x.float()
+            elif x.dim() == 2:
                 x = ((x - self.state_mean) / self.state_std).clamp(-10.0, 10.0)
             parts.append(self.branches[key](x))
-        return self.fuse(torch.cat(parts, dim=-1))
+        emb = self.fuse(torch.cat(parts, dim=-1))
+        if self.film is not None:
+            scale, shift = self.film(obs[INSTRUCTION_KEY].float()).chunk(2, dim=-1)
+            emb = emb * (1.0 + scale) + shift
+        return emb
 
     def velocity(self, x_t: torch.Tensor, t: torch.Tensor, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """v(x_t, t | obs) on flattened chunks [B, H*A]; also returns the trunk features (input of the noise head)."""

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .actor_critic import ACTIVATIONS, ActorCriticConfig, mlp
+from .actor_critic import ACTIVATIONS, ActorCriticConfig, instruction_dim, mlp, with_instruction
 from .normalizer import RunningNormalizer
 from .registry import PolicySpec, register_policy
 
@@ -110,21 +110,23 @@ class SquashedGaussianActor(nn.Module):
 class SACPolicy(nn.Module):
     """Actor + critic ensemble + target critics, sharing one observation normaliser (off by default for SAC)."""
 
-    def __init__(self, obs_dim: int, action_dim: int, cfg: SACPolicyConfig | None = None):
+    def __init__(self, obs_dim: int, action_dim: int, cfg: SACPolicyConfig | None = None, instruction_dim: int = 0):
         super().__init__()
         cfg = cfg or SACPolicyConfig()
         if cfg.num_critics < 1:
             raise ValueError(f"policy.num_critics must be >= 1, got {cfg.num_critics}")
         self.cfg = cfg
         self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.instruction_dim = instruction_dim if cfg.instruction_key else 0
         self.normalizer = RunningNormalizer(obs_dim) if cfg.normalize_obs else nn.Identity()
-        self.actor = SquashedGaussianActor(obs_dim, action_dim, cfg.actor_hidden, cfg.activation)
-        self.critic = QEnsemble(obs_dim, action_dim, cfg.critic_hidden, cfg.num_critics, cfg.activation,
+        in_dim = obs_dim + self.instruction_dim  # the instruction embedding is concatenated to the normalised state
+        self.actor = SquashedGaussianActor(in_dim, action_dim, cfg.actor_hidden, cfg.activation)
+        self.critic = QEnsemble(in_dim, action_dim, cfg.critic_hidden, cfg.num_critics, cfg.activation,
                                   cfg.critic_layer_norm)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
 
     def features(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.normalizer(obs[self.cfg.obs_key].float())
+        return with_instruction(self.normalizer(obs[self.cfg.obs_key].float()), obs, self.cfg.instruction_key)
 
     def update_normalizer(self, obs: dict[str, torch.Tensor]) -> None:
         if isinstance(self.normalizer, RunningNormalizer):
@@ -136,13 +138,17 @@ class SACPolicy(nn.Module):
             return torch.tanh(self.actor(x)[0])
         return self.actor.sample(x)[0]
 
-    def forward(self, state: torch.Tensor) -> torch.Tensor:
-        """Deterministic action from a raw state tensor, normaliser included (what export traces)."""
-        return torch.tanh(self.actor(self.normalizer(state))[0])
+    def forward(self, state: torch.Tensor, instruction: torch.Tensor | None = None) -> torch.Tensor:
+        """Deterministic action from a raw state tensor (and the instruction embedding, for a policy that reads
+        one), normaliser included (what export traces)."""
+        x = self.normalizer(state)
+        if self.instruction_dim:
+            x = torch.cat([x, instruction.to(x.dtype)], -1)
+        return torch.tanh(self.actor(x)[0])
 
 
 def _build(meta: dict[str, Any], cfg: SACPolicyConfig) -> SACPolicy:
-    return SACPolicy(meta["obs_dim"], meta["action_dim"], cfg)
+    return SACPolicy(meta["obs_dim"], meta["action_dim"], cfg, instruction_dim(meta, cfg.instruction_key))
 
 
 register_policy(PolicySpec("sac", "policy", SACPolicyConfig, _build, legacy_class="SACPolicy"))

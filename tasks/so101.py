@@ -56,6 +56,21 @@ def _wrap(x: np.ndarray, period: float) -> np.ndarray:
     return (x + period / 2) % period - period / 2
 
 
+def push_contact_pose(cube: np.ndarray, target: np.ndarray, pusher: np.ndarray, fallback_direction: np.ndarray
+                      ) -> np.ndarray:
+    """[N, 3] pose of the pusher against the cube's face away from the target (the push rewards' reach term; why it
+    is shaped so: ``SO101Push._contact_pose``). Shared with the push families of ``tasks/so101_suite.py``."""
+    to_target = target[:, :2] - cube[:, :2]
+    norm = np.linalg.norm(to_target, axis=1, keepdims=True)
+    direction = np.where(norm > 1e-3, to_target / np.maximum(norm, 1e-9), fallback_direction)
+    along = np.sum((pusher[:, :2] - cube[:, :2]) * direction, axis=1)
+    behind = np.clip((-along - CUBE_HALF) / 0.01, 0.0, 1.0)  # 1 from 1 cm behind the cube's near face on
+    pose = cube.copy()
+    pose[:, :2] -= direction * (CUBE_HALF + PUSHER_HALF_WIDTH)
+    pose[:, 2] = 0.022 + 0.04 * (1.0 - behind)
+    return pose
+
+
 class SO101Env(MujocoVecEnv):
     """Shared arm, control modes and IK for the SO-101 tasks."""
 
@@ -375,15 +390,7 @@ class SO101Push(SO101Env):
         arm behind the overshot cube, where pushing only moves it further away, and SAC gave up there).
         While the pusher is not behind the cube the pose is raised 4 cm: the way round then leads over the cube, not
         through it (SAC parked with the jaws against the cube's side or front, pressing it further off)."""
-        to_target = self.target[:, :2] - self.cube_pos[:, :2]
-        norm = np.linalg.norm(to_target, axis=1, keepdims=True)
-        direction = np.where(norm > 1e-3, to_target / np.maximum(norm, 1e-9), self.push_direction)
-        along = np.sum((self.pusher[:, :2] - self.cube_pos[:, :2]) * direction, axis=1)
-        behind = np.clip((-along - CUBE_HALF) / 0.01, 0.0, 1.0)  # 1 from 1 cm behind the cube's near face on
-        pose = self.cube_pos.copy()
-        pose[:, :2] -= direction * (CUBE_HALF + PUSHER_HALF_WIDTH)
-        pose[:, 2] = 0.022 + 0.04 * (1.0 - behind)
-        return pose
+        return push_contact_pose(self.cube_pos, self.target, self.pusher, self.push_direction)
 
     def _evaluate(self):
         cube_to_target = np.linalg.norm(self.cube_pos[:, :2] - self.target[:, :2], axis=1)

@@ -20,6 +20,9 @@ from rlrobot.data.lerobot_dataset import read_lerobot_dataset
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
 RLROBOT_META = "meta/rlrobot.json"
+# observations made from the instruction (tasks/so101_suite.py): a dataset stores the instruction as each frame's
+# task string, as LeRobot does, and the loader re-encodes it with the task's own vocabulary and embedding table
+INSTRUCTION_KEYS = ("instruction_tokens", "instruction_embedding")
 
 
 def image_feature(obs_key: str) -> str:
@@ -62,6 +65,8 @@ def load_demonstrations(root: str | Path, obs_space: dict[str, tuple[int, ...]],
         raise ValueError(f"dataset feature 'action' has shape {features['action']['shape']}; task {task!r} has "
                          f"action shape [{action_dim}]")
     for key in obs_keys:
+        if key in INSTRUCTION_KEYS:
+            continue
         name = obs_feature(key)
         if name not in features:
             raise ValueError(f"dataset {root} has no feature {name!r} (needed for observation {key!r}); it has "
@@ -97,7 +102,12 @@ def load_demonstrations(root: str | Path, obs_space: dict[str, tuple[int, ...]],
         raise ValueError(f"flow.chunk_size={chunk_size} is larger than the longest episode of {root} "
                          f"({int(lengths.max())} frames)")
     obs: dict[str, torch.Tensor] = {}
+    language = [k for k in obs_keys if k in INSTRUCTION_KEYS]
+    if language:
+        obs.update(_instruction_obs(data, keep, language, task))
     for key in obs_keys:
+        if key in INSTRUCTION_KEYS:
+            continue
         values = frames[obs_feature(key)][keep]
         if key == "state":
             obs[key] = torch.as_tensor(values.astype(np.float32))
@@ -105,3 +115,17 @@ def load_demonstrations(root: str | Path, obs_space: dict[str, tuple[int, ...]],
             obs[key] = torch.as_tensor(np.ascontiguousarray(values.transpose(0, 3, 1, 2)))
     return Demonstrations(obs=obs, chunks=torch.as_tensor(actions[positions]), mask=torch.as_tensor(mask),
                           num_episodes=len(episodes))
+
+
+def _instruction_obs(data: dict, keep: np.ndarray, keys: list[str], task: str | None) -> dict[str, torch.Tensor]:
+    """Token ids / embeddings of every kept frame's task string, from the task's ``instruction_observation``."""
+    from rlrobot.envs.registry import task_spec
+
+    entry = task_spec(task).entry_point if task is not None and ":" not in task else None
+    if not hasattr(entry, "instruction_observation"):
+        raise ValueError(f"observations {keys} are made from instructions; task {task!r} has no instruction encoding")
+    names = {i: t for t, i in data["tasks"].items()}
+    index = data["frames"]["task_index"].reshape(-1)[keep]
+    unique, inverse = np.unique(index, return_inverse=True)
+    encoded = entry.instruction_observation([names[int(i)] for i in unique])
+    return {k: torch.as_tensor(encoded[k][inverse]) for k in keys}

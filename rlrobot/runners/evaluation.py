@@ -27,6 +27,9 @@ def evaluate(policy, env: VecEnv, episodes: int, seed: int = 10_000, video_path:
     returns: list[float] = []
     lengths: list[int] = []
     success: list[bool] = []
+    families: list[str] = []
+    instructions: list[str] = []
+    family_names = getattr(env, "family_names", None)
     max_iters = episodes * env.max_episode_steps + env.max_episode_steps  # bounded even if envs never finish
     chunked = ChunkedActor(policy, env.num_envs) if hasattr(policy, "sample_actions") else None
     for _ in range(max_iters):
@@ -42,6 +45,10 @@ def evaluate(policy, env: VecEnv, episodes: int, seed: int = 10_000, video_path:
             returns += ep["return"].tolist()
             lengths += ep["length"].tolist()
             success += ep["success"].bool().tolist()
+            if "family" in ep and family_names is not None:  # multi-task suites (tasks/so101_suite.py)
+                families += [family_names[int(f)] for f in ep["family"].tolist()]
+            if "instruction" in ep:
+                instructions += list(ep["instruction"])
         if len(returns) >= episodes:
             break
     returns, lengths, success = returns[:episodes], lengths[:episodes], success[:episodes]
@@ -52,9 +59,22 @@ def evaluate(policy, env: VecEnv, episodes: int, seed: int = 10_000, video_path:
         "return_std": float(np.std(returns)) if returns else 0.0,
         "length_mean": float(np.mean(lengths)) if lengths else 0.0,
     }
+    if families:
+        result["per_family"] = success_table(families[:episodes], success)
+    if instructions:
+        result["per_instruction"] = success_table(instructions[:episodes], success)
     if recorder is not None:
         result["video"] = str(recorder.save(video_path))
     return result
+
+
+def success_table(labels: list[str], success: list[bool]) -> dict[str, dict[str, float]]:
+    """Episodes and success rate per label (a task family or an instruction), labels sorted."""
+    table: dict[str, dict[str, float]] = {}
+    for label in sorted(set(labels)):
+        hits = [s for lab, s in zip(labels, success, strict=True) if lab == label]
+        table[label] = {"episodes": len(hits), "success_rate": float(np.mean(hits))}
+    return table
 
 
 class ChunkedActor:
