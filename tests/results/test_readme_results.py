@@ -72,3 +72,14 @@ def test_a_hand_edited_figure_is_caught(tmp_path):
 def test_markers_are_required():
     with pytest.raises(ValueError, match="markers"):
         replace_block("# README without markers\n", "table")
+
+
+def test_curves_png_per_task(tmp_path):
+    from rlrobot.results.report import curve_file, plot_curves
+
+    result = _fake_result(0.9)
+    for i, p in enumerate(result["per_seed"]):
+        p["curve"] = {"x": [100.0, 200.0], "y": [0.1 * i, 0.5 + 0.1 * i]}
+    written = plot_curves([result], tmp_path)
+    assert written == [tmp_path / curve_file("so101-reach")] and written[0].stat().st_size > 5_000
+    assert "[so101-reach](results/curves_so101-reach.png)" in results_block([result])
