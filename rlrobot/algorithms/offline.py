@@ -61,8 +61,9 @@ class SemiSupervisedInput:
     """share of the dataset's episodes whose actions are kept (semi-supervised offline RL): the others lose their
     actions, an inverse-dynamics model trained on the kept ones labels them, the algorithm trains on the union
     (1.0 = every action as recorded)"""
-    inverse_dynamics_steps: int = 3000
-    """gradient steps of the inverse-dynamics model (with --labelled-fraction below 1)"""
+    inverse_dynamics_steps: int = 1000
+    """gradient steps of the inverse-dynamics model (with --labelled-fraction below 1; a 128x128 MLP: on so101-push
+    noisy with 10 % labelled its relabelling error was the same after 1,000 steps as after 3,000 with 256x256)"""
 
 
 @dataclass

@@ -57,7 +57,7 @@ class OfflineRunner(Runner):
         stats = self.data.episode_stats()
         self.meta["dataset"] = {"path": str(Path(cfg.dataset).resolve()), **stats,
                                 **{k: v for k, v in self.data.info.items() if k in ("recipe", "labelled_fraction",
-                                                                                     "inverse_dynamics")}}
+                                                                                     "labelled_episodes", "inverse_dynamics")}}
         if self.is_main:
             console.print(f"{cfg.algo} on {stats['episodes']} episodes ({stats['transitions']} transitions) of "
                           f"{cfg.dataset}: dataset success {stats['success_rate']:.2f}, return {stats['return_mean']:.2f}",
