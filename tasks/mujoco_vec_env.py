@@ -9,6 +9,7 @@ the task needs (qpos, qvel, site poses, the TCP Jacobian) into preallocated nump
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +125,9 @@ class MujocoVecEnv:
         self._pool = ThreadPoolExecutor(self.num_threads) if self.num_threads > 1 else None
         self._renderer: mujoco.Renderer | None = None
         self._video_renderer: mujoco.Renderer | None = None
+        self._images: np.ndarray | None = None
+        self._thread_local = threading.local()  # each pool thread's own renderer for the observation images
+        self._worker_renderers = 0
         self.np_random = np.random.default_rng(seed)
         self._seed = seed
 
@@ -339,18 +343,54 @@ class MujocoVecEnv:
 
     # ---------------------------------------------------------------- rendering
     def _render_all(self) -> np.ndarray:
-        # One EGL context lives in the thread that made it, so images render from the calling thread.
-        if self._renderer is None:
-            self._renderer = mujoco.Renderer(self.model, self.image_size, self.image_size)
+        """Every env's camera images. With a thread pool, each worker thread renders its slice of envs with its own
+        renderer (an OpenGL context is current in one thread only, so each thread makes and keeps its own; mjr_render
+        releases the GIL); without one, the calling thread renders them all. Same pixels either way."""
+        if self._images is None:
             self._images = np.zeros((self.num_envs, len(self.cameras), self.image_size, self.image_size, 3), np.uint8)
-        r = self._renderer
-        for i in range(self.num_envs):
-            for c, cam in enumerate(self.cameras):
-                r.update_scene(self.datas[i], cam)
-                for glcam in r.scene.camera[:2]:
-                    glcam.pos[:] = np.asarray(glcam.pos) + self.camera_offsets[i, c]
-                r.render(out=self._images[i, c])
+        if self._pool is None:
+            if self._renderer is None:
+                self._renderer = mujoco.Renderer(self.model, self.image_size, self.image_size)
+            for i in range(self.num_envs):
+                self._render_env(self._renderer, i)
+        else:
+            self._run_parallel(self._render_in_worker)
         return self._images
+
+    def _render_in_worker(self, i: int) -> None:
+        r = getattr(self._thread_local, "renderer", None)
+        if r is None:
+            r = self._thread_local.renderer = mujoco.Renderer(self.model, self.image_size, self.image_size)
+            self._worker_renderers += 1
+        self._render_env(r, i)
+
+    def _render_env(self, r: mujoco.Renderer, i: int) -> None:
+        for c, cam in enumerate(self.cameras):
+            r.update_scene(self.datas[i], cam)
+            for glcam in r.scene.camera[:2]:
+                glcam.pos[:] = np.asarray(glcam.pos) + self.camera_offsets[i, c]
+            r.render(out=self._images[i, c])
+
+    def _close_worker_renderers(self) -> None:
+        """Close each worker thread's renderer in that thread (its context is current there). A barrier makes every
+        pool thread take exactly one of the close tasks."""
+        if self._pool is None or not self._worker_renderers:
+            return
+        barrier = threading.Barrier(self.num_threads)
+
+        def close_local() -> None:
+            try:
+                barrier.wait(timeout=10.0)
+            except threading.BrokenBarrierError:
+                pass  # fewer live pool threads than num_threads: those that exist still close their own
+            r = getattr(self._thread_local, "renderer", None)
+            if r is not None:
+                r.close()
+                self._thread_local.renderer = None
+
+        for f in [self._pool.submit(close_local) for _ in range(self.num_threads)]:
+            f.result()
+        self._worker_renderers = 0
 
     def render(self, env_index: int = 0, camera: str = "front") -> np.ndarray:
         """An RGB frame (H, W, 3) of one env at ``render_size`` for videos."""
@@ -413,6 +453,7 @@ class MujocoVecEnv:
         return self._observe()
 
     def close(self) -> None:
+        self._close_worker_renderers()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

@@ -4,8 +4,11 @@ from rlrobot.bench.mujoco_bench import BenchArgs, run_bench
 
 
 def test_bench_reports_all_columns(tmp_path):
-    result = run_bench(BenchArgs(num_envs=(8,), seconds=0.2, ppo_iterations=1, sac_seconds=0.5,
+    result = run_bench(BenchArgs(num_envs=(8,), seconds=0.2, ppo_iterations=1, sac_seconds=0.5, images_num_envs=2,
                                  json_out=str(tmp_path / "b.json")))
+    images = result["images"]
+    assert images["state_steps_per_s"] > 0 and images["cameras"] == 2
+    assert abs(images["frames_per_s"] - 2 * images["rgb_steps_per_s"]) < 1e-6
     (row,) = result["ppo"]
     for key in ("raw_steps_per_s", "rollout_steps_per_s", "vecenv_steps_per_s", "ppo_steps_per_s"):
         assert row[key] > 0

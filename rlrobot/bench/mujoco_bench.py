@@ -6,6 +6,7 @@
     time, every iteration counted (rollout with policy inference, update, normaliser), no warm-up discarded.
 (d) SAC at the task's SAC preset (its num_envs, UTD and batch): gradient updates/s and training env steps/s with a
     warm replay buffer, against collection alone (no updates) and (a) measured at the same num_envs.
+(e) images: the VecEnv with two 64x64 cameras against state only (env steps/s, frames/s).
 For reference it also times ``mujoco.rollout`` on the same batch (physics only, state arrays in and out): the
 thread pool is kept because the tasks need per-env kinematics and Jacobians that rollout does not return.
 All in env steps per second (one env step = one control step = frame_skip physics steps).
@@ -44,6 +45,8 @@ class BenchArgs:
     """also time SAC training at the task's SAC preset (UTD, batch, num_envs)"""
     sac_seconds: float = 5.0
     json_out: str | None = None
+    offline: bool = True
+    """(f) gradient steps/s of every offline RL algorithm at its preset (rlrobot.bench.offline_bench)"""
     backend: str = "mujoco"
     """mujoco (native tasks) | mjwarp (native task on MuJoCo Warp vs native, same run) | maniskill (its vector env vs
     our adapter vs PPO; task maniskill:PushCube-v1 unless --task names a maniskill: task)"""
@@ -51,6 +54,10 @@ class BenchArgs:
     """where the mjwarp bench runs Warp and PPO: auto (cuda if available) | cpu | cuda"""
     ppo_steps: int = 16
     """rollout length of the PPO iterations in the mjwarp and maniskill benches"""
+    images: bool = True
+    """also time the VecEnv with two 64x64 cameras (obs_mode state+rgb, rendered in the worker threads) against
+    state only, at images_num_envs envs: env steps/s, frames/s and their ratio"""
+    images_num_envs: int = 64
     peers: bool = False
     """time Stable-Baselines3 PPO / SAC, rsl_rl PPO and EnvPool against rlrobot on the same task, network and batch,
     interleaved in this one run, and print the ratios (needs the extra: pip install 'rlrobot[bench]')"""
@@ -179,12 +186,44 @@ def run_bench(args: BenchArgs) -> dict:
                       f"{r['ppo_steps_per_s']:,.0f}", f"{r['b_over_a']:.2f}", f"{r['c_over_a']:.2f}")
     console.print(table)
     result: dict = {"ppo": rows}
+    if args.images:
+        result["images"] = images_bench(args)
     if args.sac:
         result["sac"] = sac_bench(args)
+    if args.offline:
+        from rlrobot.bench.offline_bench import offline_bench
+
+        result["offline"] = offline_bench(args)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(result, f, indent=2)
     return result
+
+
+def images_bench(args: BenchArgs) -> dict:
+    """VecEnv steps/s with obs_mode state and state+rgb (two 64x64 cameras), measured alternately (state, images,
+    state, images) so that machine load hits both; frames/s = env steps/s x cameras."""
+    import rlrobot
+
+    n = args.images_num_envs
+    rates: dict[str, list[float]] = {"state": [], "state+rgb": []}
+    cameras = 0
+    for mode in ("state", "state+rgb") * 2:
+        env = rlrobot.make(args.task, n, seed=0, control_mode=args.control_mode, obs_mode=mode,
+                           num_threads=args.num_threads or None)
+        env.reset(seed=0)
+        rates[mode].append(vecenv_rate(env, n, args.seconds))
+        cameras = len(env.cameras)
+        env.close()
+    state, rgb = (sum(rates[m]) / 2 for m in ("state", "state+rgb"))
+    row = {"num_envs": n, "cameras": cameras, "image_size": 64, "state_steps_per_s": state, "rgb_steps_per_s": rgb,
+           "frames_per_s": rgb * cameras, "rgb_over_state": rgb / state, "samples": rates}
+    table = Table(title=f"images: {args.task}, {n} envs, {cameras} cameras 64x64 rendered in the worker threads")
+    for col in ("state env steps/s", "state+rgb env steps/s", "frames/s", "rgb/state"):
+        table.add_column(col, justify="right")
+    table.add_row(f"{state:,.0f}", f"{rgb:,.0f}", f"{row['frames_per_s']:,.0f}", f"{row['rgb_over_state']:.2f}")
+    console.print(table)
+    return row
 
 
 def sac_bench(args: BenchArgs) -> dict:
