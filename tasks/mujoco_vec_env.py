@@ -207,6 +207,8 @@ class MujocoVecEnv:
             "sensordata": [d.sensordata for d in ds], "ctrl": [d.ctrl for d in ds],
         }
         self._jac_rows = [(self.jacp[i], self.jacr[i]) for i in range(self.num_envs)]
+        # live views of each MjData's bad-acceleration warning counter: looking it up per step cost 3 ms at 256 envs
+        self._badqacc = [d.warning[mujoco.mjtWarning.mjWARN_BADQACC] for d in ds]
 
     def _kinematics(self, i: int) -> None:
         """C calls only (no GIL-bound Python work): positions, frames and the TCP Jacobian of env i."""
@@ -238,11 +240,10 @@ class MujocoVecEnv:
 
     def _check_divergence(self) -> None:
         """MuJoCo resets an MjData whose simulation diverged; end that episode rather than hide it."""
-        bad = mujoco.mjtWarning.mjWARN_BADQACC
-        for i, d in enumerate(self.datas):
-            if d.warning[bad].number:
+        for i, warning in enumerate(self._badqacc):
+            if warning.number:
                 self.unstable[i] = True
-                d.warning[bad].number = 0
+                warning.number = 0
 
     def _after_host_reset(self, ids: np.ndarray) -> None:
         """The task wrote new initial states into ``self.datas[ids]``: bring the simulation up to date with them."""

@@ -110,3 +110,21 @@ def test_bad_options_are_refused():
         rlrobot.make("mujoco-Hopper-v5", 1, control_mode="ee_delta")
     with pytest.raises(ValueError, match="frame_skip"):
         rlrobot.make("mujoco-Hopper-v5", 1, frame_skip=2)
+
+
+def test_a_diverged_simulation_ends_its_episode():
+    """MuJoCo counts mjWARN_BADQACC when it resets a diverged MjData; that env's episode ends (terminated)."""
+    import mujoco
+
+    env = rlrobot.make("mujoco-HalfCheetah-v5", 3, seed=0)
+    try:
+        env.reset(seed=0)
+        env.datas[1].warning[mujoco.mjtWarning.mjWARN_BADQACC].number = 1  # as mj_step leaves it after a reset
+        _, _, terminated, _, info = env.step(torch.zeros(3, env.action_dim))
+        assert terminated.tolist() == [False, True, False]
+        assert info["episode"]["env_ids"].tolist() == [1]
+        assert env.datas[1].warning[mujoco.mjtWarning.mjWARN_BADQACC].number == 0
+        _, _, terminated, _, _ = env.step(torch.zeros(3, env.action_dim))
+        assert not terminated.any()
+    finally:
+        env.close()
