@@ -292,7 +292,7 @@ class FlowNFT:
         mask = self.executed_mask.expand_as(a)
         per_sample = nft_loss(v_theta, v_old, eps - a, r.repeat(n), cfg.beta, t, cfg.weighting, mask, cfg.max_drift)
         loss = cfg.adv_clip * per_sample.mean()
-        stats = {"nft_loss": loss.item()}
+        stats = {"nft_loss": loss.item(), "drift": ((v_theta - v_old).abs() * mask).sum().item() / mask.sum().item()}
         if self.anchor is not None:
             with torch.no_grad():
                 v_init, _ = self.anchor.velocity(x_t, t, self.anchor.encode(obs).repeat(n, 1))
