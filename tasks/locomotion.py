@@ -58,6 +58,8 @@ class LocomotionEnv(MujocoVecEnv):
     def __init__(self, num_envs: int, *, max_episode_steps: int | None = None, obs_mode: str = "state",
                  reward_mode: str = "dense", control_mode: str = "joint_torque", terminate_when_unhealthy: bool = True,
                  **kw):
+        if getattr(self, "backend", "mujoco") != "mujoco":  # the stepping and gather above are the native backend's
+            raise ValueError(f"task {self.task_id} runs on backend 'mujoco' only, not {self.backend!r}")
         if control_mode != "joint_torque":
             raise ValueError(f"control_mode={control_mode!r} is not one of ('joint_torque',) (task {self.task_id})")
         if obs_mode != "state":

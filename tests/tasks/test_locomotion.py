@@ -110,6 +110,11 @@ def test_bad_options_are_refused():
         rlrobot.make("mujoco-Hopper-v5", 1, control_mode="ee_delta")
     with pytest.raises(ValueError, match="frame_skip"):
         rlrobot.make("mujoco-Hopper-v5", 1, frame_skip=2)
+    from rlrobot.tasks.locomotion import HopperEnv
+    from rlrobot.tasks.mjwarp_backend import mjwarp_task_class
+
+    with pytest.raises(ValueError, match="backend 'mujoco' only"):  # checked before MuJoCo Warp is needed
+        mjwarp_task_class(HopperEnv)(1)
 
 
 def test_a_diverged_simulation_ends_its_episode():
