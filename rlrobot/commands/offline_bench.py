@@ -9,6 +9,8 @@ Results go to ``OUT/results.jsonl`` (one line per run, appended as runs finish: 
 where it stopped, and runs of other algorithms can be added later with another ``--algos``); ``OUT/table.md`` and
 ``OUT/curves.png`` are rebuilt from all lines each time (``--table-only`` rebuilds them without training).
 Algorithms are discovered through the registry: every offline algorithm (``rlrobot.algorithms.offline``) can run.
+Several processes started with the same arguments share the runs (each claims a run in ``OUT/claims/`` before it
+starts it), so a machine with spare cores finishes sooner.
 """
 
 from __future__ import annotations
@@ -205,10 +207,13 @@ def _run_one(args, results: Path, done: set, task: str, recipe_name: str, algo: 
 
     frac = args.labelled_fraction
     key = ("run", task, recipe_name, algo, seed, args.gradient_steps, frac)
-    if key in done:
+    if key in done or key in _done_keys(results):  # re-read: other benchmark processes append to the same file
         return
     tag = f"{task}_{recipe_name}_{algo}_s{seed}_g{args.gradient_steps}" + (f"_l{frac:g}" if frac < 1 else "")
     run_dir = out / "runs" / tag
+    if not _claim(out / "claims" / tag):
+        console.print(f"{tag}: another benchmark process is running it")
+        return
     if run_dir.exists():
         import shutil
 
@@ -228,6 +233,29 @@ def _run_one(args, results: Path, done: set, task: str, recipe_name: str, algo: 
                       "return": ev["return_mean"], "episodes": ev["episodes"], "dataset": runner.meta["dataset"],
                       "curve": curve, "gradient_steps_per_s": float(np.median(rates)) if rates else None,
                       "wall_s": round(time.perf_counter() - start, 1), "run_dir": str(run_dir)})
+
+
+def _claim(path: Path) -> bool:
+    """Claim a run for this process (several ``offline-bench`` processes with the same arguments share the work): the
+    claim file holds the owner's pid; a claim whose process is gone is taken over."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        try:
+            owner = int(path.read_text().strip() or 0)
+            os.kill(owner, 0)
+            return owner == os.getpid()
+        except (ValueError, ProcessLookupError):
+            path.unlink(missing_ok=True)  # its process died: take the run over
+            return _claim(path)
+        except PermissionError:
+            return False
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
+    return True
 
 
 def _mean_std(values: list[float]) -> str:

@@ -88,3 +88,11 @@ def test_offline_bench_refuses_bad_names_before_any_compute(tmp_path):
     with pytest.raises(ValueError, match=r"labelled_fraction must be in \(0, 1\]"):
         run_offline_bench(OfflineBenchArgs(labelled_fraction=2.0, out=out))
     assert not (tmp_path / "bench").exists()
+
+
+def test_bench_times_gradient_steps_at_the_preset():
+    from rlrobot.bench.offline_bench import gradient_steps_per_s
+
+    row = gradient_steps_per_s("bc", "so101-push", obs_dim=37, action_dim=5, seconds=0.05)
+    assert row["hidden"] == [64, 64] and row["batch_size"] == 256  # configs/bc_so101_push.py
+    assert row["steps"] >= 3 and row["gradient_steps_per_s"] > 0
