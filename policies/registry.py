@@ -41,6 +41,7 @@ def register_policy(spec: PolicySpec) -> PolicySpec:
 
 def _load_builtin() -> None:
     import rlrobot.policies  # noqa: F401  (its modules register themselves on import)
+    import rlrobot.policies.vla  # noqa: F401  (the 'vla' kind; imports without lerobot)
 
 
 def policy_kinds() -> tuple[str, ...]:

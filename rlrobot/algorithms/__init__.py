@@ -11,3 +11,7 @@ from .sft import DatasetInput, FlowSFT, SFTConfig
 __all__ = ["FLOW_VARIANTS", "PPO", "SAC", "AlgorithmConfig", "AlgorithmSpec", "DatasetInput", "FlowPPO", "FlowPPOConfig",
            "FlowSFT", "InitCheckpoint", "PPOConfig", "SACConfig", "SFTConfig", "algorithm_names", "algorithm_spec",
            "register_algorithm"]
+
+# the LeRobot VLA algorithms (vla-sft, vla-flow-noise, vla-flow-sde) live beside their adapters; last, as they build on
+# flow_ppo and sft
+from rlrobot.policies.vla import algorithms as _vla_algorithms  # noqa: E402, F401

@@ -1,0 +1,96 @@
+"""The VLA training algorithms: Flow-Noise / Flow-SDE PPO and flow-matching SFT on the ``vla`` policy kind, the same
+learners and runners as the in-house flow policy (they only use the FlowPolicy protocol). The run's policy section is
+``--vla.*`` (the checkpoint directory, LoRA, heads); the runners read it as ``run.flow`` through ``VLASection``.
+
+    rlrobot train --algo vla-flow-noise --task so101-lift --control-mode joint_pos --obs-mode state+rgb \\
+        --vla.path DIR [--vla.lora-rank 16]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlrobot.algorithms.flow_ppo import FlowPPOConfig
+from rlrobot.algorithms.ppo import validate_ppo_common
+from rlrobot.algorithms.registry import AlgorithmSpec, register_algorithm
+from rlrobot.algorithms.sft import DatasetInput, SFTConfig
+
+from . import config as vla_config
+
+
+@dataclass
+class VLAInit:
+    init: str = ""
+    """start from an rlrobot VLA run or checkpoint (e.g. a --algo vla-sft run); '' = the --vla.path weights"""
+
+
+class VLASection:
+    """Mixin of the VLA run configs: ``run.flow`` is the ``--vla`` section, so the flow runners and learners (which
+    read ``run.flow.chunk_size`` / ``execute_steps`` / ``obs_keys``) drive a VLA unchanged."""
+
+    @property
+    def flow(self):
+        return self.vla
+
+
+def prepare_vla(run) -> None:
+    """``--init`` (an rlrobot VLA run) adopts its ``--vla`` section; then the checkpoint fills and checks the rest."""
+    if getattr(run, "init", "") and not run.resume:
+        from rlrobot.config import config_from_checkpoint
+        from rlrobot.policies.registry import policy_kind_of
+        from rlrobot.runners.checkpoint import load_config
+
+        saved = load_config(run.init)
+        kind = policy_kind_of(saved)
+        if kind != "vla":
+            raise ValueError(f"init={run.init!r} holds a {kind!r} policy; algo={run.algo!r} fine-tunes a 'vla' policy")
+        execute = run.vla.execute_steps
+        run.vla = config_from_checkpoint(saved).vla
+        run.vla.execute_steps = execute or run.vla.execute_steps
+    vla_config.resolve(run)
+
+
+@dataclass
+class VLAFlowPPOConfig(FlowPPOConfig):
+    def validate(self, run) -> None:
+        validate_ppo_common(self, "flow_ppo")
+        if self.rollout_chunks < 1:
+            raise ValueError(f"flow_ppo.rollout_chunks must be >= 1, got {self.rollout_chunks}")
+        if self.noise_level <= 0:
+            raise ValueError(f"flow_ppo.noise_level must be > 0, got {self.noise_level}")
+        if self.dual_clip <= 1.0:
+            raise ValueError(f"flow_ppo.dual_clip must be > 1, got {self.dual_clip}")
+        if (run.num_envs * self.rollout_chunks) % self.num_minibatches:
+            raise ValueError(f"num_envs x flow_ppo.rollout_chunks = {run.num_envs * self.rollout_chunks} must be "
+                             f"divisible by flow_ppo.num_minibatches={self.num_minibatches}")
+
+    def env_steps_per_iteration(self, run) -> int:
+        execute = run.vla.execute_steps or run.vla.chunk_size
+        if not execute:  # before prepare(): the checkpoint's chunk length (a bad path is reported by prepare)
+            try:
+                execute = vla_config.chunk_and_steps(vla_config.read_pretrained_config(run.vla.path))[0]
+            except (ValueError, OSError, KeyError):
+                execute = 1
+        return run.num_envs * self.rollout_chunks * execute
+
+    def prepare(self, run) -> None:
+        prepare_vla(run)
+
+
+@dataclass
+class VLASFTConfig(SFTConfig):
+    def prepare(self, run) -> None:
+        super().prepare(run)
+        prepare_vla(run)
+
+
+_RUNNERS = "rlrobot.policies.vla.runners"
+for _name, _what in (("vla-flow-noise", "Flow-Noise PPO (pi_RL) of a LeRobot VLA (pi0 / pi0.5 / SmolVLA) from --vla.path"),
+                     ("vla-flow-sde", "Flow-SDE PPO (pi_RL) of a LeRobot VLA (pi0 / pi0.5 / SmolVLA) from --vla.path")):
+    register_algorithm(AlgorithmSpec(
+        name=_name, summary=_what, config_field="flow_ppo", config=VLAFlowPPOConfig, policy_kind="vla",
+        runner=f"{_RUNNERS}:VLAFlowRunner", run_fields=(VLAInit, VLASection)))
+register_algorithm(AlgorithmSpec(
+    name="vla-sft", summary="flow-matching SFT of a LeRobot VLA (pi0 / pi0.5 / SmolVLA) on a LeRobotDataset",
+    config_field="sft", config=VLASFTConfig, policy_kind="vla", runner=f"{_RUNNERS}:VLASFTRunner",
+    run_fields=(DatasetInput, VLASection)))
