@@ -31,28 +31,35 @@ console = Console(soft_wrap=True)
 @dataclass
 class OfflineBenchArgs:
     tasks: tuple[str, ...] = ("so101-push", "so101-lift")
+    """native tasks with a scripted expert"""
     recipes: tuple[str, ...] = ("noisy", "mixed")
+    """dataset recipes (rlrobot datasets lists them)"""
     algos: tuple[str, ...] = ()
     """offline algorithms to run (default: every registered one: rlrobot list-algos)"""
     seeds: tuple[int, ...] = (0,)
+    """seeds of every algorithm"""
     seeds_for: tuple[str, ...] = ()
     """more seeds for some algorithms, e.g. iql:1,2 (3 seeds for IQL with --seeds 0)"""
     gradient_steps: int = 3000
     """the budget: gradient steps of every run"""
-    evaluations: int = 4
+    evaluations: int = 3
     """evaluations over each run (the learning curves' points; the last is the table's)"""
     eval_episodes: int = 32
+    """episodes of each evaluation (deterministic actions)"""
     eval_envs: int = 16
+    """envs stepped at once in an evaluation"""
     data_root: str = "data/offline"
     """where the datasets are (written there by collect --recipe when missing: <task>_<recipe>)"""
     episodes: int = 0
     """episodes per dataset when it is written (0 = the recipe's default)"""
     out: str = "runs/offline_bench"
+    """results.jsonl, table.md, curves.png and the runs' directories"""
     labelled_fraction: float = 1.0
     """semi-supervised runs: share of episodes that keep their actions (the rest labelled by inverse dynamics)"""
     update_threads: int = 1
     """torch threads of the updates (1 is fastest on a shared CPU)"""
     device: str = "cpu"
+    """torch device of the learners"""
     table_only: bool = False
     """only rebuild table.md and curves.png from results.jsonl"""
 
