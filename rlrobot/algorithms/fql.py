@@ -8,16 +8,19 @@ our networks never meet openpi's, so no conversion is needed). z ~ N(0, I) is th
 - ODE_theta(s, z): F Euler steps x <- x + v_theta(s, x, i / F) / F (i = 0 .. F-1) from x = z, clipped to [-1, 1].
 - One-step policy mu_omega(s, z), which acts: distilled from the flow and pushed up the critic,
       L_pi(omega) = alpha E || mu_omega(s, z) - ODE_theta(s, z) ||^2 - lambda E mean_j Q_phi_j(s, clip(mu_omega(s, z)))
-  with lambda = 1, or 1 / E|Q| (stop-gradient) with ``normalize_q_loss``. Only mu_omega gets the Q gradient; the flow
-  is pure BC (the ODE target carries no gradient).
+  with lambda = ``q_weight`` (1; 0 makes mu_omega a pure distillation of the flow), divided by E|Q| (stop-gradient)
+  with ``normalize_q_loss``. Only mu_omega gets the Q gradient; the flow is pure BC (the ODE target carries no
+  gradient). Both actor losses and the critic loss are summed into one step from the same parameters, as the
+  reference (they touch disjoint parameters, so Adam makes this the same as separate steps).
 - Critics Q_phi_1, Q_phi_2 (LayerNorm MLPs), TD to the Polyak-averaged targets phi-bar (rate tau):
       L_Q(phi) = E ( Q_phi_j(s, a) - y )^2,  y = r + gamma (1 - terminal) agg_j Q_phi-bar_j(s', clip(mu_omega(s', z')))
   agg = mean (the reference default) or min; a time-out bootstraps (only a termination cuts the return).
 - Acting: a = clip(mu_omega(s, z)), z ~ N(0, I) (the paper evaluates with sampled noise; ``deterministic`` feeds z = 0).
 
 Reference defaults: lr 3e-4, batch 256, 4 x 512 MLPs (critics with LayerNorm, actors without), tau 0.005, F = 10,
-alpha 10 (300 on OGBench cube / scene), q_agg mean. The networks, flow integration and the small losses live here as
-functions on tensors (unit-tested on their own); ``rql.py`` reuses the networks and the flow integration.
+alpha 10 (300 on OGBench cube / scene), q_agg mean. Here ``hidden`` sizes all four networks (CPU presets: 2 x 256).
+The networks, flow integration and the small losses live here as functions on tensors (unit-tested on their own);
+``rql.py`` reuses the networks and the flow integration.
 """
 
 from __future__ import annotations
