@@ -197,7 +197,8 @@ def test_cli_trains_from_the_pretrained_directory_and_reloads_identical_actions(
     main(["train", "--algo", algo, "--task", "so101-lift", "--obs-mode", "state+rgb", "--control-mode", "joint_pos",
           *start, "--out", str(out), "--num-envs", "2", "--max-episode-steps", "10",
           "--flow-ppo.rollout-chunks", "2", "--flow-ppo.num-minibatches", "2", "--flow-ppo.num-epochs", "1",
-          "--total-steps", "40", "--logger", "none", "--no-video", "--eval-episodes", "2", "--eval-envs", "2",
+          "--flow-ppo.lr", "1e-3", "--flow-ppo.critic-warmup-iterations", "0", "--total-steps", "40",
+          "--logger", "none", "--no-video", "--eval-episodes", "2", "--eval-envs", "2",
           "--eval-every", "0", "--num-threads", "1"])
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     deviations = [x["loss/first_ratio_max_deviation"] for x in lines if "loss/first_ratio_max_deviation" in x]
@@ -222,7 +223,15 @@ def test_cli_trains_from_the_pretrained_directory_and_reloads_identical_actions(
     _, obs, _ = lift
     with torch.no_grad():
         assert torch.equal(reloaded.sample_actions(obs), reloaded.sample_actions(obs))
-    if variant == "pi0":  # `rlrobot eval` rebuilds it from the run directory; twice the same (deterministic)
+    if variant == "pi0":  # `rlrobot serve`'s policy runtime and `rlrobot eval` rebuild it from the run directory
+        from rlrobot.real_robot.policy_runtime import LoadedPolicy
+
+        served = LoadedPolicy(str(out))
+        assert served.metadata["policy_kind"] == "vla" and served.metadata["chunk_size"] == 5
+        chunk = served.infer({k: obs[k][0].numpy() for k in served.obs_keys})
+        with torch.no_grad():
+            expected = reloaded.sample_actions({k: obs[k][:1] for k in served.obs_keys})[0]
+        torch.testing.assert_close(torch.from_numpy(chunk), expected, rtol=1e-5, atol=1e-5)
         results = []
         for _ in range(2):
             main(["eval", "--checkpoint", str(out), "--episodes", "2", "--num-envs", "2", "--no-video", "--out",
