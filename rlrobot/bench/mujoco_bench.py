@@ -40,6 +40,8 @@ class BenchArgs:
     """iterations of the real PPO training run timed for (c)"""
     num_threads: int = 0
     torch_threads: int = 1
+    update_threads: int = 0
+    """torch threads of the PPO update in (c) (0 = all cores, the train default; on a loaded machine 1 is faster)"""
     control_mode: str = "ee_delta"
     sac: bool = True
     """also time SAC training at the task's SAC preset (UTD, batch, num_envs)"""
@@ -171,7 +173,8 @@ def run_bench(args: BenchArgs) -> dict:
         vec = vecenv_rate(env, n, args.seconds)
         env.close()
         cfg = train_config("ppo", task=args.task, num_envs=n, total_steps=10**9, logger="none", control_mode=args.control_mode,
-                          num_threads=args.num_threads, torch_threads=args.torch_threads, out="/tmp/rlrobot-bench")
+                          num_threads=args.num_threads, torch_threads=args.torch_threads, out="/tmp/rlrobot-bench",
+                          update_threads=args.update_threads)
         ppo = ppo_rate(cfg, args.ppo_iterations)
         rows.append({"num_envs": n, "raw_steps_per_s": raw, "rollout_steps_per_s": via_rollout,
                      "vecenv_steps_per_s": vec, "ppo_steps_per_s": ppo,
