@@ -12,6 +12,7 @@ from pathlib import Path
 
 import tyro
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
@@ -381,7 +382,8 @@ def main(argv: list[str] | None = None) -> None:
 
             results_main(rest)
     except (ValueError, FileNotFoundError, FileExistsError, ImportError, ConnectionError) as e:
-        console.print(f"[red]error:[/] {e}", soft_wrap=True)  # one line per error: greppable in logs
+        # escaped: a message may hold brackets that are not markup ("pip install -e '.[vla]'")
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)  # one line per error: greppable in logs
         raise SystemExit(2) from e
 
 

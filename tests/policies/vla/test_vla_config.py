@@ -99,10 +99,14 @@ def test_chunk_and_variant_disagreeing_with_the_checkpoint_are_refused(tmp_path)
 
 @pytest.mark.skipif(importlib.util.find_spec("lerobot") is not None, reason="lerobot is installed here: "
                     "test_vla_adapters.py checks the message with lerobot hidden")
-def test_missing_extra_is_named_when_lerobot_is_absent(tmp_path):
+def test_missing_extra_is_named_when_lerobot_is_absent(tmp_path, capsys):
     d = lerobot_dir(tmp_path)
     with pytest.raises(ImportError, match=r"VLA policies need LeRobot: pip install -e '\.\[vla\]'"):
         build_policy({"policy_kind": "vla", **META}, config_class("vla-flow-noise")(vla=VLAConfig(path=str(d))))
+    with pytest.raises(SystemExit):  # the CLI's one line keeps the brackets (not read as markup)
+        main(["train", "--algo", "vla-flow-noise", "--task", "so101-lift", "--control-mode", "joint_pos", "--obs-mode",
+              "state+rgb", "--vla.path", str(d), "--out", str(tmp_path / "x"), "--num-envs", "2"])
+    assert "pip install -e '.[vla]'" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("args, message", [
