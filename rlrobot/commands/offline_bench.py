@@ -278,7 +278,11 @@ def write_table(results: Path, table_path: Path, curves_path: Path) -> str:
     runs = [r for r in rows if r["kind"] == "run"]
     behaviour = {r["task"]: r for r in rows if r["kind"] == "behaviour"}
     algos = sorted({r["algo"] for r in runs}, key=_algo_order)
-    groups = sorted({(r["task"], r["recipe"], r["labelled_fraction"], r["gradient_steps"]) for r in runs})
+    from rlrobot.data.recipes import RECIPES
+
+    recipe_order = list(RECIPES)
+    groups = sorted({(r["task"], r["recipe"], r["labelled_fraction"], r["gradient_steps"]) for r in runs},
+                    key=lambda g: (g[0], recipe_order.index(g[1]) if g[1] in recipe_order else len(recipe_order), -g[2], g[3]))
     head = ["task", "dataset", "budget", "data success / return", "expert (no noise)", *algos]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for task, recipe_name, frac, steps in groups:
