@@ -326,8 +326,11 @@ def _plot_curves(runs: list[dict[str, Any]], groups: list[tuple], algos: list[st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.2), squeeze=False)
-    for ax, (task, recipe_name, frac, steps) in zip(axes[0], groups, strict=True):
+    cols = min(4, len(groups))
+    rows = math.ceil(len(groups) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    colours = {algo: f"C{i}" for i, algo in enumerate(algos)}  # one colour per algorithm in every panel
+    for ax, (task, recipe_name, frac, steps) in zip(axes.flat, groups, strict=False):
         for algo in algos:
             curves = [r["curve"] for r in runs if (r["task"], r["recipe"], r["labelled_fraction"], r["gradient_steps"],
                                                    r["algo"]) == (task, recipe_name, frac, steps, algo) and r["curve"]]
@@ -336,14 +339,16 @@ def _plot_curves(runs: list[dict[str, Any]], groups: list[tuple], algos: list[st
             n = min(len(c) for c in curves)
             x = [p[0] for p in curves[0][:n]]
             y = np.array([[p[1] for p in c[:n]] for c in curves])
-            ax.plot(x, y.mean(0), marker="o", label=algo)
+            ax.plot(x, y.mean(0), marker="o", color=colours[algo], label=f"{algo} (n={len(curves)})" if len(curves) > 1 else algo)
             if len(curves) > 1:
-                ax.fill_between(x, y.mean(0) - y.std(0), y.mean(0) + y.std(0), alpha=0.2)
+                ax.fill_between(x, y.mean(0) - y.std(0), y.mean(0) + y.std(0), color=colours[algo], alpha=0.2)
         ax.set_title(f"{task} {recipe_name}" + (f" {frac:.0%} labelled" if frac < 1 else ""), fontsize=9)
         ax.set_xlabel("gradient steps")
+        ax.set_ylabel("eval success rate")
         ax.set_ylim(-0.02, 1.02)
-    axes[0][0].set_ylabel("eval success rate")
-    axes[0][-1].legend(fontsize=8)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.axis("off")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
