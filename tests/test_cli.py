@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from rlrobot.algorithms.registry import algorithm_names
+
 SMALL = ["--num-envs", "8", "--ppo.rollout-steps", "8", "--ppo.num-minibatches", "2", "--policy.actor-hidden", "16",
          "--policy.critic-hidden", "16", "--eval-envs", "4", "--eval-episodes", "4", "--logger", "none",
          "--checkpoint-every", "1", "--video-episodes", "1"]
@@ -53,7 +55,7 @@ def test_train_resume_eval_round_trip(tmp_path):
     (["--backend", "bullet"], "backend"),
     (["--num-envs", "0"], "num_envs"),
     (["--total-steps", "10"], "less than one iteration of ppo"),
-    (["--algo", "dqn"], "registered: flow-noise, flow-sde, ppo, sac, sft"),
+    (["--algo", "dqn"], "registered: " + ", ".join(sorted(algorithm_names()))),
     (["--checkpoint-every", "0"], "checkpoint_every must be >= 1"),
     (["--algo", "flow-noise"], "--init none"),
     (["--reward.shaping", "magic"], "reward.shaping"),
