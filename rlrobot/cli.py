@@ -240,6 +240,8 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
     (out / "eval.json").write_text(json.dumps(result, indent=2))
     console.print(f"{cfg.task}: success {result['success_rate']:.3f}, return {result['return_mean']:.2f} "
                   f"+- {result['return_std']:.2f} over {result['episodes']} episodes", soft_wrap=True)
+    for family, row in result.get("per_family", {}).items():
+        console.print(f"  {family}: success {row['success_rate']:.3f} over {row['episodes']} episodes", soft_wrap=True)
     if "chunk_latency_ms" in result:
         calls = result["length_mean"] / result["execute_steps"]
         console.print(f"  chunks: K={result['denoising_steps']:.0f} denoising steps, {result['execute_steps']:.0f} of "
