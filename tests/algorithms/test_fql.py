@@ -11,7 +11,8 @@ from rlrobot.algorithms.fql import FQL, Critic, FQLConfig, flow_matching_loss, t
 from rlrobot.algorithms.offline import OFFLINE_ALGORITHMS
 from rlrobot.config import train_config
 from rlrobot.data.transitions import from_arrays
-from tests.algorithms.offline_bandit import bandit_transitions, mean_distance_to_best
+
+from .offline_bandit import bandit_transitions, mean_distance_to_best
 
 
 def bimodal_transitions(n: int = 1024, seed: int = 0):

@@ -9,7 +9,8 @@ import torch
 from rlrobot.algorithms.fql import VectorField, aggregate, integrate_flow
 from rlrobot.algorithms.rql import RQL, RQLConfig, h_step_target, lookahead, reverse_flow, sample_depth
 from rlrobot.config import train_config
-from tests.algorithms.offline_bandit import bandit_transitions, chain_transitions, mean_distance_to_best
+
+from .offline_bandit import bandit_transitions, chain_transitions, mean_distance_to_best
 
 
 # ------------------------------------------------------------------------------------------ reversed flows

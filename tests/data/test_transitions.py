@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -130,7 +131,14 @@ def test_collect_recipe_writes_terminated_and_truncated_and_loads(tmp_path):
 
 
 def test_a_dataset_recorded_by_deploy_loads_and_only_behaviour_cloning_trains_on_it(tmp_path):
-    from tests.real_robot.conftest import reach_expert_checkpoint
+    import importlib.util
+
+    # the fixture builder lives in tests/real_robot/conftest.py (not importable as a package under plain `pytest`)
+    spec = importlib.util.spec_from_file_location("real_robot_conftest",
+                                                  Path(__file__).parents[1] / "real_robot" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    reach_expert_checkpoint = conftest.reach_expert_checkpoint
 
     ckpt = reach_expert_checkpoint(tmp_path / "expert" / "checkpoints")
     rec = tmp_path / "rec"
