@@ -37,6 +37,11 @@ class ActorCriticConfig:
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"policy.activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
 
+    @property
+    def read_keys(self) -> list[str]:
+        """Every observation key the networks read (what rollout storage and replay must keep)."""
+        return [self.obs_key] + ([self.instruction_key] if self.instruction_key else [])
+
     def validate(self, run) -> None:
         if run.obs_mode == "rgb" and self.obs_key == "state":
             raise ValueError("obs_mode='rgb' gives no 'state' observation, and the MLP policy reads "

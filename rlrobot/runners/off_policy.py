@@ -27,7 +27,7 @@ class OffPolicyRunner(Runner):
     def __init__(self, cfg: TrainConfig):
         super().__init__(cfg)
         self.policy = self.build_policy()
-        self.obs_keys = [cfg.policy.obs_key]  # what the networks read; images join when encoders do
+        self.obs_keys = cfg.policy.read_keys  # what the networks read; images join when encoders do
         self.algo = SAC(self.policy, cfg.sac, self.device, cfg.num_envs, self.obs_specs(self.obs_keys),
                         sync=self.data_parallel)
 

@@ -15,7 +15,7 @@ class OnPolicyRunner(Runner):
     def __init__(self, cfg: TrainConfig):
         super().__init__(cfg)
         self.policy = self.build_policy()
-        self.algo = PPO(self.policy, cfg.ppo, self.device, cfg.num_envs, self.obs_specs([cfg.policy.obs_key]),
+        self.algo = PPO(self.policy, cfg.ppo, self.device, cfg.num_envs, self.obs_specs(cfg.policy.read_keys),
                         sync=self.data_parallel)
 
     def train_iteration(self) -> dict[str, float]:
@@ -37,7 +37,7 @@ class OnPolicyRunner(Runner):
 
     def _rollout(self) -> dict[str, float]:
         cfg, env, policy, algo = self.cfg, self.env, self.policy, self.algo
-        key = cfg.policy.obs_key
+        keys = cfg.policy.read_keys
         gamma = cfg.ppo.gamma
         with torch.inference_mode():
             obs = self.obs
@@ -48,7 +48,7 @@ class OnPolicyRunner(Runner):
                     # bootstrap time-outs with the value of the true final observation (same-step autoreset)
                     final_value = policy.value(info["final_obs"])
                     reward = reward + gamma * final_value * truncated.float()
-                algo.storage.add({key: obs[key]}, actions=action, log_probs=log_prob, values=value, rewards=reward,
+                algo.storage.add({k: obs[k] for k in keys}, actions=action, log_probs=log_prob, values=value, rewards=reward,
                                  dones=(terminated | truncated).float(), action_mean=mean, action_std=std)
                 self.track_episodes(info)
                 obs = next_obs
