@@ -1,0 +1,259 @@
+"""Process reward models (issue 20): ``(obs_before, obs_after, instruction) -> (progress delta in [-1, 1], done prob)``.
+
+``ProgressRewardModel`` is the protocol the RL side (the ``prm:PATH`` reward wrapper, ``deploy --reward``) calls;
+``VLACProgressModel`` is the learned implementation trained by ``rlrobot train --algo prm`` (``rlrobot.algorithms.prm``):
+
+- a VLAC-style pair model: encoders of the two observations (state MLP on normalised state; a small conv net per
+  camera, trained here) and of the instruction's cached sentence embedding (all-MiniLM-L6-v2, 384-d), FiLM-fused,
+  give the signed progress delta ``tanh(.)``. Its meaning is VLAC's *relative* progress: from a frame of progress
+  V_b to one of progress V_a, delta = (V_a - V_b) / (1 - V_b) (clipped to [-1, 1]), so the value update
+  ``V_{i+1} = V_i + (1 - V_i) * delta`` (``value_update``) rebuilds an episode's progress curve from its pairs;
+- a VLA-RL-style completion model (``rlrobot.rewards.completion.CompletionModel``): "is the task done?" on
+  ``obs_after`` and the instruction, its probability the PRM's ``done``.
+
+Everything is batched on the model's device; ``progress`` runs under ``torch.no_grad``. ``load_progress_model`` reads a
+checkpoint of ``rlrobot train --algo prm`` and refuses one trained on another observation space (one-line
+ValueError naming the key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+EMBEDDING_KEY = "instruction_embedding"
+EMBEDDING_DIM = 384
+
+
+@runtime_checkable
+class ProgressRewardModel(Protocol):
+    """What a process reward model offers the RL side. ``obs_*`` are env observation dicts ([B, ...] tensors on the
+    model's device, images uint8 [B, 3, H, W]); only the keys in ``obs_keys`` are read."""
+
+    obs_keys: tuple[str, ...]
+    """the observation keys read (e.g. ("state",) or ("state", "image_front")); the instruction comes separately"""
+    done_threshold: float
+    """done_prob above this counts as done (VLAC: 0.9 on its 0..1 scale; ours is chosen on held-out F1)"""
+
+    def progress(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
+                 ) -> tuple[Tensor, Tensor]:
+        """([B] progress delta in [-1, 1], [B] done probability of obs_after), no gradients."""
+        ...
+
+
+def value_update(value: Tensor, delta: Tensor) -> Tensor:
+    """VLAC's value update V_{i+1} = V_i + (1 - V_i) * delta, clipped to [0, 1] (values are progress fractions)."""
+    return (value + (1.0 - value) * delta).clamp(0.0, 1.0)
+
+
+def relative_delta(p_before: Tensor, p_after: Tensor, floor: float = 0.05) -> Tensor:
+    """The delta label of a pair of frames with progress p_before -> p_after: the one the value update turns back into
+    p_after, (p_after - p_before) / (1 - p_before), the denominator floored (a frame at progress 1), clipped to
+    [-1, 1]."""
+    return ((p_after - p_before) / (1.0 - p_before).clamp_min(floor)).clamp(-1.0, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------- networks
+@dataclass
+class PRMNetConfig:
+    """Network of the learned PRM (``--prm-net.*``)."""
+
+    obs_keys: tuple[str, ...] = ("state",)
+    """observation keys the PRM reads: state and/or image_<camera> (the task's obs mode must provide them)"""
+    state_hidden: tuple[int, ...] = (256, 256)
+    """state encoder MLP"""
+    embed_dim: int = 128
+    """one observation's encoding"""
+    text_dim: int = 128
+    """projection of the 384-d instruction embedding"""
+    head_hidden: tuple[int, ...] = (256, 256)
+    """progress head MLP over (e_before, e_after, e_after - e_before), FiLM-modulated by the instruction"""
+    conv_channels: tuple[int, ...] = (16, 32, 32)
+    """image encoder: stride-2 3x3 convs (a small net trained here), then a linear layer to embed_dim"""
+    done_threshold: float = 0.5
+    """done_prob above this is done"""
+
+    def validate(self, run=None) -> None:
+        if not self.obs_keys:
+            raise ValueError("prm_net.obs_keys must name at least one observation key (state, image_<camera>)")
+        for key in self.obs_keys:
+            if key != "state" and not key.startswith("image_"):
+                raise ValueError(f"prm_net.obs_keys: {key!r} is not 'state' or an image key 'image_<camera>'")
+        for name in ("state_hidden", "head_hidden", "conv_channels"):
+            if any(h < 1 for h in getattr(self, name)):
+                raise ValueError(f"prm_net.{name} must hold positive widths, got {getattr(self, name)}")
+        if self.embed_dim < 1 or self.text_dim < 1:
+            raise ValueError(f"prm_net.embed_dim and text_dim must be >= 1, got {self.embed_dim}, {self.text_dim}")
+        if not 0.0 < self.done_threshold < 1.0:
+            raise ValueError(f"prm_net.done_threshold must be in (0, 1), got {self.done_threshold}")
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [nn.Linear(in_dim, h), nn.LayerNorm(h), nn.SiLU()]
+        in_dim = h
+    layers.append(nn.Linear(in_dim, out_dim))
+    return nn.Sequential(*layers)
+
+
+class ObservationEncoder(nn.Module):
+    """state (normalised with the training data's mean / std, kept in buffers) and images -> [B, embed_dim]."""
+
+    def __init__(self, obs_space: dict[str, list[int]], cfg: PRMNetConfig):
+        super().__init__()
+        self.keys = tuple(cfg.obs_keys)
+        self.parts = nn.ModuleDict()
+        for key in self.keys:
+            shape = list(obs_space[key])
+            if key == "state":
+                self.register_buffer("state_mean", torch.zeros(shape[0]))
+                self.register_buffer("state_std", torch.ones(shape[0]))
+                self.parts[key] = mlp(shape[0], cfg.state_hidden, cfg.embed_dim)
+            else:
+                c, h, w = shape
+                convs: list[nn.Module] = []
+                for out in cfg.conv_channels:
+                    convs += [nn.Conv2d(c, out, 3, stride=2, padding=1), nn.SiLU()]
+                    c, h, w = out, (h + 1) // 2, (w + 1) // 2
+                self.parts[key] = nn.Sequential(*convs, nn.Flatten(), nn.Linear(c * h * w, cfg.embed_dim))
+        self.out = nn.Sequential(nn.LayerNorm(cfg.embed_dim * len(self.keys)), nn.Linear(cfg.embed_dim * len(self.keys),
+                                                                                         cfg.embed_dim))
+
+    def fit_state_stats(self, states: Tensor) -> None:
+        if "state" in self.keys:
+            self.state_mean.copy_(states.float().mean(0))
+            self.state_std.copy_(states.float().std(0).clamp_min(1e-2))  # parked objects never move: std 0
+
+    def forward(self, obs: dict[str, Tensor]) -> Tensor:
+        parts = []
+        for key in self.keys:
+            x = obs[key]
+            if key == "state":
+                parts.append(self.parts[key]((x.float() - self.state_mean) / self.state_std))
+            else:
+                parts.append(self.parts[key](x.float() / 255.0 - 0.5))
+        return self.out(torch.cat(parts, -1))
+
+
+class VLACProgressModel(nn.Module):
+    """The learned PRM: progress head (pairs) + completion model (done). Implements ``ProgressRewardModel``."""
+
+    def __init__(self, obs_space: dict[str, list[int]], cfg: PRMNetConfig):
+        super().__init__()
+        from rlrobot.rewards.completion import CompletionModel
+
+        missing = [k for k in cfg.obs_keys if k not in obs_space]
+        if missing:
+            raise ValueError(f"prm_net.obs_keys: {missing[0]!r} is not an observation of the task; it has {sorted(obs_space)}")
+        self.cfg = cfg
+        self.obs_keys = tuple(cfg.obs_keys)
+        self.observation_space = {k: list(obs_space[k]) for k in self.obs_keys}
+        self.done_threshold = float(cfg.done_threshold)
+        self.encoder = ObservationEncoder(obs_space, cfg)
+        self.text = nn.Sequential(nn.Linear(EMBEDDING_DIM, cfg.text_dim), nn.SiLU())
+        width = cfg.head_hidden[0]
+        self.pair_in = nn.Linear(3 * cfg.embed_dim + cfg.text_dim, width)
+        self.film = nn.Linear(cfg.text_dim, 2 * width)  # the instruction scales and shifts the pair features
+        self.head = mlp(width, cfg.head_hidden[1:], 1)
+        self.completion = CompletionModel(obs_space, cfg)
+
+    def fit_state_stats(self, states: Tensor) -> None:
+        self.encoder.fit_state_stats(states)
+        self.completion.encoder.fit_state_stats(states)
+
+    def delta_logits(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
+                     ) -> Tensor:
+        """[B] pre-tanh progress delta (training uses it; ``progress`` returns tanh of it)."""
+        e_b, e_a = self.encoder(obs_before), self.encoder(obs_after)
+        t = self.text(instruction_embedding.float())
+        h = self.pair_in(torch.cat([e_b, e_a, e_a - e_b, t], -1))
+        scale, shift = self.film(t).chunk(2, -1)
+        h = nn.functional.silu(nn.functional.layer_norm(h, h.shape[-1:]) * (1.0 + scale) + shift)
+        return self.head(h).squeeze(-1)
+
+    def done_logits(self, obs: dict[str, Tensor], instruction_embedding: Tensor) -> Tensor:
+        return self.completion(obs, instruction_embedding)
+
+    @torch.no_grad()
+    def progress(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
+                 ) -> tuple[Tensor, Tensor]:
+        delta = torch.tanh(self.delta_logits(obs_before, obs_after, instruction_embedding))
+        done = torch.sigmoid(self.done_logits(obs_after, instruction_embedding))
+        return delta, done
+
+    def forward(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
+                ) -> tuple[Tensor, Tensor]:
+        return self.progress(obs_before, obs_after, instruction_embedding)
+
+
+@torch.no_grad()
+def progress_curve(model: ProgressRewardModel, obs: dict[str, Tensor], instruction_embedding: Tensor, stride: int = 5
+                   ) -> tuple[Tensor, Tensor, Tensor]:
+    """One episode's progress curve by the value update over pairs (t - stride, t), V_0 = 0; frames between the pair
+    ends take the value of the last pair end before them. ``obs``: [T, ...] per key, ``instruction_embedding``
+    [384] or [T, 384]. Returns ([T] values, [T] done probabilities, [P] the pairs' deltas)."""
+    length = len(next(iter(obs.values())))
+    emb = instruction_embedding if instruction_embedding.dim() == 2 else instruction_embedding.expand(length, -1)
+    ends = torch.arange(stride, length, stride, device=emb.device)
+    if length > 1 and (len(ends) == 0 or int(ends[-1]) != length - 1):
+        ends = torch.cat([ends, torch.tensor([length - 1], device=emb.device)])
+    starts = torch.cat([torch.zeros(1, dtype=torch.long, device=emb.device), ends[:-1]]) if len(ends) else ends
+    delta, _ = model.progress({k: v[starts] for k, v in obs.items()}, {k: v[ends] for k, v in obs.items()}, emb[ends])
+    _, done = model.progress(obs, obs, emb)
+    values = torch.zeros(length, device=emb.device)
+    v = torch.zeros((), device=emb.device)
+    last = 0
+    for end, d in zip(ends.tolist(), delta, strict=True):  # sequential by definition (T / stride steps, evaluation only)
+        values[last:end] = v
+        v = value_update(v, d)
+        last = end
+    values[last:] = v
+    return values, done, delta
+
+
+# ---------------------------------------------------------------------------------------------- loading
+def prm_metadata(model: VLACProgressModel) -> dict[str, Any]:
+    """What a PRM checkpoint records to rebuild and check the model (``config.json["prm"]``)."""
+    from dataclasses import asdict
+
+    return {"kind": "vlac", "obs_keys": list(model.obs_keys), "observation_space": model.observation_space,
+            "net": asdict(model.cfg)}
+
+
+def check_observation_space(saved: dict[str, list[int]], current: dict[str, Any], what: str = "the env") -> None:
+    """Refuse a PRM trained on another observation space: one line naming the key."""
+    for key, shape in saved.items():
+        if key not in current:
+            raise ValueError(f"PRM observation {key!r} (shape {list(shape)}) is not an observation of {what}; it has "
+                             f"{sorted(current)}")
+        have = list(getattr(current[key], "shape", current[key]))
+        if have != list(shape):
+            raise ValueError(f"PRM observation {key!r} has shape {list(shape)} in the checkpoint; {what} has {have}")
+
+
+def load_progress_model(path: str | Path, device: str | torch.device = "cpu",
+                        observation_space: dict[str, Any] | None = None) -> VLACProgressModel:
+    """A trained PRM from a run directory / checkpoint (``rlrobot train --algo prm``), in eval mode on ``device``.
+
+    ``observation_space``: the env's (a gymnasium Dict space's ``.spaces``, or key -> shape); a PRM that reads a key
+    the env lacks, or with another shape, is refused (ValueError naming the key). Only the checkpoint's
+    ``obs_keys`` and ``instruction_embedding`` are read from observations."""
+    from rlrobot.runners.checkpoint import load_checkpoint
+
+    weights, config, ckpt = load_checkpoint(path)
+    meta = config.get("prm")
+    if not meta:
+        raise ValueError(f"{ckpt} is not a process-reward-model checkpoint (no 'prm' entry in config.json; train one "
+                         "with rlrobot train --algo prm)")
+    if observation_space is not None:
+        space = getattr(observation_space, "spaces", observation_space)
+        check_observation_space(meta["observation_space"], space)
+    net = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["net"].items()}
+    model = VLACProgressModel(meta["observation_space"], PRMNetConfig(**net))
+    model.load_state_dict(weights)
+    return model.to(device).eval()
