@@ -24,12 +24,15 @@ REPLAY_FILE = "replay"
 
 
 class OffPolicyRunner(Runner):
+    learner_class: type[SAC] = SAC
+    """the learner (SAC or a subclass: rlrobot.algorithms.wsrl); its config is the algorithm's section, a SACConfig"""
+
     def __init__(self, cfg: TrainConfig):
         super().__init__(cfg)
         self.policy = self.build_policy()
         self.obs_keys = cfg.policy.read_keys  # what the networks read; images join when encoders do
-        self.algo = SAC(self.policy, cfg.sac, self.device, cfg.num_envs, self.obs_specs(self.obs_keys),
-                        sync=self.data_parallel)
+        self.algo = self.learner_class(self.policy, cfg.algorithm, self.device, cfg.num_envs,
+                                       self.obs_specs(self.obs_keys), sync=self.data_parallel)
 
     @property
     def replay(self):
@@ -37,7 +40,7 @@ class OffPolicyRunner(Runner):
 
     # ------------------------------------------------------------------ checkpoints
     def extra_checkpoint_files(self) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
-        if not self.cfg.sac.save_replay:
+        if not self.cfg.algorithm.save_replay:
             return {}, {}
         tensors, meta = self.algo.replay_state_dict()
         return {REPLAY_FILE: tensors}, {REPLAY_FILE: meta}
@@ -50,14 +53,14 @@ class OffPolicyRunner(Runner):
     def after_restore(self, ckpt: Path) -> None:
         if len(self.replay) == 0:
             console.print(f"[yellow]{ckpt} holds no replay buffer (train with --sac.save-replay to keep it): the buffer "
-                          f"refills with {self.cfg.sac.learning_starts:,} transitions from the current policy before "
+                          f"refills with {self.cfg.algorithm.learning_starts:,} transitions from the current policy before "
                           "updates resume[/]")
         else:
             console.print(f"replay buffer restored: {len(self.replay):,} transitions")
 
     # ------------------------------------------------------------------ training
     def train_iteration(self) -> dict[str, float]:
-        sac = self.cfg.sac
+        sac = self.cfg.algorithm
         start = time.perf_counter()
         self._collect()
         collect_time = time.perf_counter() - start
@@ -72,7 +75,7 @@ class OffPolicyRunner(Runner):
             sums: dict[str, torch.Tensor] = {}
             counts: dict[str, int] = {}  # actor terms appear only every sac.actor_update_every updates
             for _ in range(num_updates):
-                batch = self.replay.sample(sac.batch_size, self.generator)
+                batch = self.sample_batch(sac.batch_size)
                 for k, v in self.algo.update(batch, self.generator).items():
                     sums[k] = sums.get(k, 0.0) + v
                     counts[k] = counts.get(k, 0) + 1
@@ -82,15 +85,24 @@ class OffPolicyRunner(Runner):
                         "perf/updates_per_s": num_updates / update_time, "train/updates": float(self.algo.num_updates)})
         return metrics
 
+    def sample_batch(self, batch_size: int) -> dict[str, Any]:
+        """One training batch (replay only here; rlrobot.runners.warm_start mixes offline data in)."""
+        return self.replay.sample(batch_size, self.generator)
+
+    def random_actions(self) -> bool:
+        """Uniform random actions now? Until learning_starts transitions per rank (a warm start acts with its --init
+        policy instead)."""
+        return self.env_steps // self.sync.world_size < self.cfg.algorithm.learning_starts
+
     def _collect(self) -> None:
         cfg, env, policy = self.cfg, self.env, self.policy
         # per rank: each rank's buffer must hold learning_starts transitions; a resumed run without replay refills
         # on-policy
-        random_phase = self.env_steps // self.sync.world_size < cfg.sac.learning_starts
+        random_phase = self.random_actions()
         key = cfg.policy.obs_key
         with torch.inference_mode():
             obs = self.obs
-            for _ in range(cfg.sac.rollout_steps):
+            for _ in range(cfg.algorithm.rollout_steps):
                 if random_phase:
                     action = torch.rand(cfg.num_envs, self.meta["action_dim"], device=self.device,
                                         generator=self.generator) * 2.0 - 1.0
