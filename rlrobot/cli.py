@@ -29,6 +29,7 @@ COMMANDS = {
     "deploy": "run a policy on a robot (twin or LeRobot) through the safety supervisor",
     "compare": "several runs' curves on one PNG (env steps and wall clock) with a table",
     "results": "reproduce the README's results from the registry (run, table, list)",
+    "prm-eval": "a process reward model on held-out episodes: progress curves (PNG), Spearman, done F1",
 }
 USAGE = ("usage: rlrobot <command> [options]       rlrobot <command> --help for its options\n\ncommands:\n"
          + "".join(f"  {name:<12} {what}\n" for name, what in COMMANDS.items())
@@ -383,6 +384,10 @@ def main(argv: list[str] | None = None) -> None:
             from rlrobot.commands.results import main as results_main
 
             results_main(rest)
+        elif command == "prm-eval":
+            from rlrobot.commands.prm_eval import PRMEvalArgs, run_prm_eval
+
+            run_prm_eval(tyro.cli(PRMEvalArgs, args=rest, prog="rlrobot prm-eval"))
     except (ValueError, FileNotFoundError, FileExistsError, ImportError, ConnectionError) as e:
         # escaped: a message may hold brackets that are not markup ("pip install -e '.[vla]'")
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)  # one line per error: greppable in logs

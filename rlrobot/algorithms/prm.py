@@ -1,0 +1,193 @@
+"""``rlrobot train --algo prm``: the VLAC-style process reward model (``rlrobot.rewards.prm``) from LeRobotDatasets of
+demonstrations and failures (``--dataset DIR[,DIR...]``; labels and pairs: ``rlrobot.data.progress_labels``).
+
+Loss per update: mean squared error of tanh(delta logit) against the pair labels (forward, reversed, repeated,
+mismatched pairs in one batch) + binary cross-entropy of the completion model on frames' done pseudo labels (a share
+with a mismatched instruction, label 0). AdamW, gradient-norm clip. The env of ``--task`` is built only for its
+observation space (the checkpoint records it; ``load_progress_model`` refuses another); evaluation is on held-out
+episodes (``--prm.eval-dataset``, else the last ``--prm.holdout-episodes`` of the data) with the metrics of
+``rlrobot prm-eval`` (Spearman of the progress curve, done F1, reversed and mismatched checks).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
+from rlrobot.algorithms.sft import DatasetInput
+from rlrobot.policies.registry import PolicySpec, register_policy
+from rlrobot.rewards.prm import PRMNetConfig, VLACProgressModel
+
+
+@dataclass
+class PRMConfig(AlgorithmConfig):
+    num_updates: int = 4000
+    """gradient steps"""
+    batch_size: int = 256
+    """pairs (and as many frames for the completion loss) per update"""
+    lr: float = 1e-3
+    """peak learning rate (AdamW; cosine decay to 10 %)"""
+    weight_decay: float = 1e-4
+    """AdamW weight decay"""
+    max_grad_norm: float = 1.0
+    """global gradient-norm clip"""
+    max_skip: int = 40
+    """pairs (i, j) are at most this many frames apart (besides the anchored ones)"""
+    anchor_share: float = 0.2
+    """share of pairs starting at their episode's first frame (long-range deltas)"""
+    reversed_share: float = 0.25
+    """share of pairs reversed (j -> i: negative delta)"""
+    repeated_share: float = 0.1
+    """share of pairs of one frame twice (delta 0)"""
+    mismatched_share: float = 0.15
+    """share of pairs (and done frames) shown another instruction of the data (delta 0, done 0)"""
+    done_weight: float = 0.5
+    """weight of the completion model's loss"""
+    min_time_correlation: float = 0.5
+    """VLAC's filter: an episode trains progress only if Spearman(labels, time) >= this"""
+    exclude_families: tuple[str, ...] = ()
+    """suite families whose datasets are left out of training (the held-out-family test), e.g. stack"""
+    eval_dataset: str = ""
+    """held-out LeRobotDataset(s) (DIR[,DIR...]) evaluated at the end ('' = the last --prm.holdout-episodes of the data)"""
+    holdout_episodes: int = 16
+    """episodes kept out of training for evaluation when no --prm.eval-dataset is given (0 = none)"""
+    eval_stride: int = 5
+    """frames between the pairs of the evaluation's progress curves"""
+    max_episodes: int = 0
+    """use only the first N episodes of the data (0 = all)"""
+    updates_per_iteration: int = 100
+    """gradient steps between log lines (one runner iteration)"""
+
+    def validate(self, run) -> None:
+        for name in ("num_updates", "batch_size", "max_skip", "updates_per_iteration", "eval_stride"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"prm.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("holdout_episodes", "max_episodes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"prm.{name} must be >= 0, got {getattr(self, name)}")
+        if self.lr <= 0 or self.weight_decay < 0 or self.max_grad_norm <= 0 or self.done_weight < 0:
+            raise ValueError("prm.lr and prm.max_grad_norm must be > 0, prm.weight_decay and prm.done_weight >= 0")
+        shares = (self.anchor_share, self.reversed_share, self.repeated_share, self.mismatched_share)
+        if any(not 0.0 <= s <= 1.0 for s in shares) or sum(shares[1:]) >= 1.0:
+            raise ValueError(f"prm.*_share must be in [0, 1] and reversed + repeated + mismatched < 1, got {shares}")
+        if not -1.0 <= self.min_time_correlation <= 1.0:
+            raise ValueError(f"prm.min_time_correlation must be in [-1, 1], got {self.min_time_correlation}")
+        from rlrobot.tasks.so101_suite import FAMILIES
+
+        bad = [f for f in self.exclude_families if f not in FAMILIES]
+        if bad:
+            raise ValueError(f"prm.exclude_families: {bad[0]!r} is not one of {FAMILIES}")
+        if not getattr(run, "dataset", ""):
+            raise ValueError("dataset: algo='prm' trains from LeRobotDatasets (--dataset DIR[,DIR...])")
+
+    def env_steps_per_iteration(self, run) -> int:
+        return 0
+
+    @property
+    def discount(self) -> float | None:
+        return None
+
+
+class PRMLearner:
+    """Owns the model's optimizer and the update counter (``state_dict`` for --resume)."""
+
+    def __init__(self, model: VLACProgressModel, data, cfg: PRMConfig, device: torch.device):
+        self.model, self.data, self.cfg, self.device = model, data, cfg, device
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.updates = 0
+        self.candidates = torch.nonzero(data.trains_progress).squeeze(1)
+
+    def lr(self) -> float:
+        frac = min(self.updates / max(self.cfg.num_updates, 1), 1.0)
+        return self.cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * frac)))
+
+    def losses(self, batch) -> dict[str, torch.Tensor]:
+        delta = torch.tanh(self.model.delta_logits(batch.before, batch.after, batch.embedding))
+        done_logit = self.model.done_logits(batch.done_obs, batch.done_embedding)
+        return {"delta_mse": (delta - batch.delta).pow(2).mean(),
+                "done_bce": nn.functional.binary_cross_entropy_with_logits(done_logit, batch.done)}
+
+    def update(self, n: int, generator: torch.Generator) -> dict[str, float]:
+        from rlrobot.data.progress_labels import sample_pairs
+
+        cfg = self.cfg
+        totals: dict[str, float] = {}
+        self.model.train()
+        for _ in range(n):
+            batch = sample_pairs(self.data, cfg.batch_size, generator, cfg.max_skip, cfg.anchor_share, cfg.reversed_share,
+                                 cfg.repeated_share, cfg.mismatched_share, candidates=self.candidates)
+            losses = self.losses(batch)
+            loss = losses["delta_mse"] + cfg.done_weight * losses["done_bce"]
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.lr()
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            self.optimizer.step()
+            self.updates += 1
+            for k, v in losses.items():
+                totals[k] = totals.get(k, 0.0) + float(v.detach())
+        self.model.eval()
+        return {**{k: v / max(n, 1) for k, v in totals.items()}, "lr": self.lr()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+
+
+def split_holdout(data, holdout: int):
+    """(train, held-out) ProgressData: the last ``holdout`` episodes of each dataset directory go to held-out."""
+    import numpy as np
+
+    info = data.episode_info
+    per_dir: dict[str, list[int]] = {}
+    for e, row in enumerate(info):
+        per_dir.setdefault(row["dataset"], []).append(e)
+    share = max(1, holdout // max(len(per_dir), 1)) if holdout else 0
+    held = sorted(e for eps in per_dir.values() for e in eps[-share:]) if share else []
+    mask = np.isin(data.episode_index.cpu().numpy(), held)
+    return subset(data, ~mask), (subset(data, mask) if held else None)
+
+
+def subset(data, keep_mask):
+    """The frames of ``keep_mask`` (whole episodes) as a new ProgressData with re-based episode starts."""
+    import numpy as np
+
+    from rlrobot.data.progress_labels import ProgressData
+
+    keep = torch.as_tensor(np.asarray(keep_mask), device=data.device)
+    idx = torch.nonzero(keep).squeeze(1)
+    episodes = data.episode_index[idx]
+    new_index = torch.unique_consecutive(episodes, return_inverse=True)[1]
+    first = torch.ones(len(idx), dtype=torch.bool, device=data.device)
+    first[1:] = episodes[1:] != episodes[:-1]
+    starts = torch.nonzero(first).squeeze(1)
+    start = starts[new_index]
+    kept_eps = torch.unique_consecutive(episodes).tolist()
+    return ProgressData(obs=data.frames(idx), instruction_id=data.instruction_id[idx],
+                        instruction_embeddings=data.instruction_embeddings, instructions=data.instructions,
+                        progress=data.progress[idx], done=data.done[idx], episode_index=new_index, episode_start=start,
+                        trains_progress=data.trains_progress[idx], episode_info=[data.episode_info[e] for e in kept_eps],
+                        info=dict(data.info, episodes=len(kept_eps), frames=len(idx),
+                                  successful_episodes=sum(data.episode_info[e]["success"] for e in kept_eps),
+                                  progress_episodes=sum(data.episode_info[e]["trains_progress"] for e in kept_eps),
+                                  filtered_episodes=sum(not data.episode_info[e]["trains_progress"] for e in kept_eps)))
+
+
+def _build_prm(meta: dict[str, Any], net: PRMNetConfig) -> VLACProgressModel:
+    return VLACProgressModel(meta["observation_space"], net)
+
+
+register_policy(PolicySpec("prm", "prm_net", PRMNetConfig, _build_prm))
+
+register_algorithm(AlgorithmSpec(
+    "prm", "VLAC-style process reward model (progress delta + done) from demonstrations and failures (--dataset)",
+    "prm", PRMConfig, "prm", "rlrobot.runners.prm:PRMRunner", run_fields=(DatasetInput,)))

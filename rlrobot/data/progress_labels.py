@@ -1,0 +1,274 @@
+"""Training data of the process reward model (issue 20): LeRobotDatasets (``rlrobot collect``, any recipe) as frames
+with per-frame progress and done labels, and the batches of labelled pairs the PRM learns from.
+
+Labels (``label_episode``), from what ``rlrobot collect`` stores per frame (``next.success``: the task's success after
+the frame's step; ``next.reward``: the dense reward after it, which on the native tasks is the task's own progress
+measure, e.g. the suite's 0.9 * (subtasks done + progress in the current one) / subtasks, 1 at success):
+
+- done of frame i = the success flag of the state the frame shows (``next.success`` of frame i - 1; frame 0: False).
+  On the suite this flag is "every subtask's done flag held, in order" (``info["subtask_index"]``): the automatic
+  segmentation of an episode into "not yet done" / "done" that the completion model learns (VLA-RL's pseudo labels).
+- successful episodes (done at some frame; T = the first such frame): VLAC's time progress min(i / T, 1) (an expert
+  that waits after success stays at 1, not i / length).
+- failed episodes: the task's dense progress relative to the first frame, clip((phi_i - phi_0) / (1 - phi_0), 0, 1)
+  with phi_i = ``next.reward`` of frame i - 1 (phi_0 = that of frame 0), so a failure that got the object halfway is
+  labelled about halfway. A dataset without ``next.reward`` labels its failures 0.
+- VLAC's filter: an episode whose labels do not rise with time (Spearman(progress, frame index) below
+  ``min_time_correlation``, or constant labels: random flailing) trains no progress pairs; its frames still train the
+  completion model.
+
+Pairs (``sample_pairs``): a frame j, an earlier frame i of the same episode (skip 1..max_skip, or the episode's first
+frame), label ``relative_delta(p_i, p_j)`` (the delta the VLAC value update turns back into p_j); a share of them
+reversed (j, i: negative delta), repeated (j, j: 0) and with a mismatched instruction (another instruction of the
+data: delta 0, done 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rlrobot.rewards.prm import EMBEDDING_KEY, relative_delta
+
+
+def dataset_dirs(spec: str) -> list[Path]:
+    """``DIR[,DIR...]``; a directory without ``meta/info.json`` whose sub-directories are datasets counts as all of
+    them (e.g. a folder of per-family datasets)."""
+    out: list[Path] = []
+    for part in [p for p in spec.split(",") if p.strip()]:
+        root = Path(part.strip())
+        if (root / "meta" / "info.json").is_file():
+            out.append(root)
+            continue
+        subs = sorted(p for p in root.glob("*") if (p / "meta" / "info.json").is_file()) if root.is_dir() else []
+        if not subs:
+            raise FileNotFoundError(f"dataset={part!r} is not a LeRobotDataset (no meta/info.json) nor a folder of them")
+        out.extend(subs)
+    if not out:
+        raise ValueError("dataset: no dataset directory given (--dataset DIR[,DIR...])")
+    return out
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman rank correlation (average ranks for ties); NaN when either side is constant."""
+    from scipy.stats import rankdata
+
+    ra, rb = rankdata(a), rankdata(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def label_episode(success_next: np.ndarray, reward_next: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(progress [T], done [T], succeeded) of one episode from its ``next.success`` / ``next.reward`` columns."""
+    n = len(success_next)
+    done = np.zeros(n, bool)
+    done[1:] = success_next[:-1]
+    if done.any():
+        first = int(np.argmax(done))
+        return np.minimum(np.arange(n) / first, 1.0).astype(np.float32), done, True
+    if reward_next is None:
+        return np.zeros(n, np.float32), done, False
+    phi = np.empty(n, np.float64)
+    phi[0] = reward_next[0]
+    phi[1:] = reward_next[:-1]
+    rel = (phi - phi[0]) / max(1.0 - phi[0], 1e-3)
+    return np.clip(rel, 0.0, 1.0).astype(np.float32), done, False
+
+
+@dataclass
+class ProgressData:
+    """Frames of one or more datasets (episodes contiguous) with labels, tensors on one device."""
+
+    obs: dict[str, Tensor]  # env keys (state [N, D] float32, image_<cam> [N, 3, H, W] uint8)
+    instruction_id: Tensor  # [N] int64 into ``instructions``
+    instruction_embeddings: Tensor  # [I, 384]
+    instructions: list[str]
+    progress: Tensor  # [N] float32 in [0, 1]
+    done: Tensor  # [N] bool
+    episode_index: Tensor  # [N] int64, unique over all datasets
+    episode_start: Tensor  # [N] int64 flat index of the episode's first frame
+    trains_progress: Tensor  # [N] bool: the episode passed the time-correlation filter
+    episode_info: list[dict[str, Any]] = field(default_factory=list)  # per episode: dataset, success, kept, family
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.progress)
+
+    @property
+    def device(self) -> torch.device:
+        return self.progress.device
+
+    def embedding(self, idx: Tensor) -> Tensor:
+        return self.instruction_embeddings[self.instruction_id[idx]]
+
+    def frames(self, idx: Tensor) -> dict[str, Tensor]:
+        return {k: v[idx] for k, v in self.obs.items()}
+
+    def episodes(self) -> list[tuple[int, int]]:
+        """(first, end) flat frame ranges of the episodes, in order."""
+        starts = torch.unique(self.episode_start).tolist()
+        return list(zip(starts, [*starts[1:], len(self)], strict=True))
+
+
+def _family(task: str | None) -> str:
+    return (task or "").removeprefix("so101-")
+
+
+def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[str, tuple[int, ...]],
+                       min_time_correlation: float = 0.5, device: torch.device | str = "cpu",
+                       exclude_families: tuple[str, ...] = (), only_families: tuple[str, ...] = (),
+                       max_episodes: int = 0) -> ProgressData:
+    """Read and label the datasets of ``spec`` (``DIR[,DIR...]``). Refuses (one line naming the feature) a dataset
+    without an observation the PRM reads, or with another shape. ``exclude_families`` / ``only_families`` select
+    datasets by the suite family of the task they were collected on (``meta/rlrobot.json``)."""
+    from rlrobot.data.demonstrations import obs_feature
+    from rlrobot.data.lerobot_dataset import read_lerobot_dataset
+    from rlrobot.data.transitions import dataset_meta
+    from rlrobot.envs.language import InstructionEmbeddings
+    from rlrobot.tasks.so101_suite import EMBEDDINGS_TABLE
+
+    embedder = InstructionEmbeddings(EMBEDDINGS_TABLE)  # the suite's table; other strings run the sentence encoder
+    obs: dict[str, list[np.ndarray]] = {k: [] for k in obs_keys}
+    texts: list[str] = []
+    progress, done, episode, start, trains = [], [], [], [], []
+    episode_info: list[dict[str, Any]] = []
+    total = 0
+    used_dirs = []
+    for root in dataset_dirs(spec):
+        info, meta = dataset_meta(root)
+        family = _family(meta.get("task"))
+        if family in exclude_families or (only_families and family not in only_families):
+            continue
+        features = info["features"]
+        for key in obs_keys:
+            name = obs_feature(key)
+            if name not in features:
+                raise ValueError(f"dataset {root} has no feature {name!r} (the PRM reads observation {key!r}); it has "
+                                 f"{sorted(k for k in features if k.startswith('observation'))}")
+            shape = list(features[name]["shape"])
+            want = list(obs_shapes[key]) if key == "state" else [obs_shapes[key][1], obs_shapes[key][2], obs_shapes[key][0]]
+            if shape != want:
+                raise ValueError(f"dataset feature {name!r} has shape {shape}; the PRM's observation {key!r} needs {want}")
+        if "next.success" not in features:
+            raise ValueError(f"dataset {root} has no feature 'next.success' (the done labels come from it)")
+        data = read_lerobot_dataset(root)
+        frames = data["frames"]
+        names = {i: t for t, i in data["tasks"].items()}
+        ep = frames["episode_index"].reshape(-1)
+        reward = frames["next.reward"].reshape(-1) if "next.reward" in frames else None
+        success = frames["next.success"].reshape(-1).astype(bool)
+        task_index = frames["task_index"].reshape(-1)
+        used_dirs.append(str(root))
+        for e in np.unique(ep):
+            if max_episodes and len(episode_info) >= max_episodes:
+                break
+            rows = np.nonzero(ep == e)[0]
+            p, d, ok = label_episode(success[rows], None if reward is None else reward[rows])
+            corr = spearman(p, np.arange(len(p))) if len(p) > 2 else float("nan")
+            keep = bool(np.isfinite(corr) and corr >= min_time_correlation)
+            for key in obs_keys:
+                values = frames[obs_feature(key)][rows]
+                obs[key].append(values if key == "state" else values.transpose(0, 3, 1, 2))
+            texts.extend(names[int(t)] for t in task_index[rows])
+            progress.append(p)
+            done.append(d)
+            episode.append(np.full(len(rows), len(episode_info)))
+            start.append(np.full(len(rows), total))
+            trains.append(np.full(len(rows), keep))
+            episode_info.append({"dataset": str(root), "family": family, "success": ok, "length": len(rows),
+                                 "time_correlation": corr, "trains_progress": keep, "recipe": meta.get("recipe"),
+                                 "instruction": names[int(task_index[rows[0]])]})
+            total += len(rows)
+    if not episode_info:
+        raise ValueError(f"dataset={spec!r}: no episodes left (exclude_families={exclude_families}, "
+                         f"only_families={only_families})")
+    instructions = sorted(set(texts))
+    lookup = {t: i for i, t in enumerate(instructions)}
+
+    def t(x: np.ndarray, dtype=None) -> Tensor:
+        return torch.as_tensor(np.ascontiguousarray(x), dtype=dtype, device=device)
+
+    obs_t = {k: t(np.concatenate(v), torch.float32 if k == "state" else torch.uint8) for k, v in obs.items()}
+    kept = sum(e["trains_progress"] for e in episode_info)
+    info = {"datasets": used_dirs, "episodes": len(episode_info), "frames": total,
+            "successful_episodes": sum(e["success"] for e in episode_info), "progress_episodes": kept,
+            "filtered_episodes": len(episode_info) - kept, "instructions": len(instructions),
+            "families": sorted({e["family"] for e in episode_info})}
+    return ProgressData(obs=obs_t, instruction_id=t(np.array([lookup[x] for x in texts], np.int64)),
+                        instruction_embeddings=t(embedder(instructions), torch.float32), instructions=instructions,
+                        progress=t(np.concatenate(progress)), done=t(np.concatenate(done)),
+                        episode_index=t(np.concatenate(episode).astype(np.int64)),
+                        episode_start=t(np.concatenate(start).astype(np.int64)), trains_progress=t(np.concatenate(trains)),
+                        episode_info=episode_info, info=info)
+
+
+@dataclass
+class PairBatch:
+    before: dict[str, Tensor]
+    after: dict[str, Tensor]
+    embedding: Tensor  # [B, 384] the instruction shown (mismatched for some)
+    delta: Tensor  # [B] label in [-1, 1]
+    kind: Tensor  # [B] int64: 0 forward, 1 reversed, 2 repeated, 3 mismatched
+    done_obs: dict[str, Tensor]  # frames for the completion loss
+    done_embedding: Tensor
+    done: Tensor  # [B] float label
+
+
+FORWARD, REVERSED, REPEATED, MISMATCHED = 0, 1, 2, 3
+
+
+def other_instruction(data: ProgressData, ids: Tensor, generator: torch.Generator) -> Tensor:
+    """A different instruction id for each of ``ids`` (uniform over the others)."""
+    n = len(data.instructions)
+    if n < 2:
+        return ids
+    shift = torch.randint(1, n, ids.shape, generator=generator, device=ids.device)
+    return (ids + shift) % n
+
+
+def sample_pairs(data: ProgressData, batch_size: int, generator: torch.Generator, max_skip: int = 40,
+                 anchor_share: float = 0.2, reversed_share: float = 0.25, repeated_share: float = 0.1,
+                 mismatched_share: float = 0.15, candidates: Tensor | None = None) -> PairBatch:
+    """One training batch: ``batch_size`` labelled pairs (module docstring) and ``batch_size`` frames for the done
+    loss. ``candidates``: the flat frame indices pairs end at (default: the frames of episodes that train progress)."""
+    dev = data.device
+    if candidates is None:
+        candidates = torch.nonzero(data.trains_progress).squeeze(1)
+    if len(candidates) == 0:
+        raise ValueError("no episode passed the time-correlation filter: nothing to train progress on "
+                         "(lower prm.min_time_correlation or add successful episodes)")
+    j = candidates[torch.randint(len(candidates), (batch_size,), generator=generator, device=dev)]
+    first = data.episode_start[j]
+    skip = torch.randint(1, max_skip + 1, (batch_size,), generator=generator, device=dev)
+    i = torch.maximum(first, j - skip)
+    anchored = torch.rand(batch_size, generator=generator, device=dev) < anchor_share
+    i = torch.where(anchored, first, i)
+    u = torch.rand(batch_size, generator=generator, device=dev)
+    kind = torch.full((batch_size,), FORWARD, dtype=torch.long, device=dev)
+    kind[u < reversed_share + repeated_share + mismatched_share] = MISMATCHED
+    kind[u < reversed_share + repeated_share] = REPEATED
+    kind[u < reversed_share] = REVERSED
+    b = torch.where(kind == REVERSED, j, torch.where(kind == REPEATED, j, i))
+    a = torch.where(kind == REVERSED, i, j)
+    delta = relative_delta(data.progress[b], data.progress[a])
+    delta = torch.where((kind == REPEATED) | (kind == MISMATCHED), torch.zeros_like(delta), delta)
+    ids = data.instruction_id[j]
+    ids = torch.where(kind == MISMATCHED, other_instruction(data, ids, generator), ids)
+    # completion: frames of every episode (the filtered ones too); a share with a mismatched instruction (not done)
+    f = torch.randint(len(data), (batch_size,), generator=generator, device=dev)
+    f_ids = data.instruction_id[f]
+    wrong = torch.rand(batch_size, generator=generator, device=dev) < mismatched_share
+    f_ids = torch.where(wrong, other_instruction(data, f_ids, generator), f_ids)
+    return PairBatch(before=data.frames(b), after=data.frames(a), embedding=data.instruction_embeddings[ids], delta=delta,
+                     kind=kind, done_obs=data.frames(f), done_embedding=data.instruction_embeddings[f_ids],
+                     done=(data.done[f] & ~wrong).float())
+
+
+__all__ = ["EMBEDDING_KEY", "FORWARD", "MISMATCHED", "REPEATED", "REVERSED", "PairBatch", "ProgressData", "dataset_dirs",
+           "label_episode", "load_progress_data", "other_instruction", "sample_pairs", "spearman"]

@@ -1,0 +1,98 @@
+"""Runner of ``rlrobot train --algo prm`` (``rlrobot.algorithms.prm``): loads and labels the datasets, trains the
+process reward model, checkpoints it (weights in model.safetensors, ``config.json["prm"]`` for
+``load_progress_model``), and evaluates it on held-out episodes at the end (``rlrobot.commands.prm_eval``)."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from rlrobot.algorithms.prm import PRMConfig, PRMLearner, split_holdout
+from rlrobot.rewards.prm import PRMNetConfig, VLACProgressModel
+from rlrobot.runners.base import Runner, console
+
+
+class PRMRunner(Runner):
+    """Trains the PRM; checkpoints hold its weights (model.safetensors) and ``config.json["prm"]``."""
+
+    def __init__(self, cfg):
+        from rlrobot.data.progress_labels import load_progress_data
+        from rlrobot.rewards.prm import prm_metadata
+        super().__init__(cfg)
+        section: PRMConfig = cfg.prm
+        space = self.env.single_observation_space
+        net: PRMNetConfig = cfg.prm_net
+        missing = [k for k in net.obs_keys if k not in space.spaces]
+        if missing:
+            raise ValueError(f"prm_net.obs_keys: {missing[0]!r} is not an observation of task {cfg.task!r} with "
+                             f"obs_mode={cfg.obs_mode!r}; it has {sorted(space.spaces)}")
+        shapes = {k: tuple(space[k].shape) for k in net.obs_keys}
+        data = load_progress_data(cfg.dataset, tuple(net.obs_keys), shapes, section.min_time_correlation, self.device,
+                                  exclude_families=section.exclude_families, max_episodes=section.max_episodes)
+        if section.eval_dataset:
+            self.data = data
+            self.eval_data = load_progress_data(section.eval_dataset, tuple(net.obs_keys), shapes,
+                                                section.min_time_correlation, self.device)
+        else:
+            self.data, self.eval_data = split_holdout(data, section.holdout_episodes)
+        self.policy = VLACProgressModel({k: list(v) for k, v in shapes.items()}, net).to(self.device)
+        if "state" in net.obs_keys:
+            self.policy.fit_state_stats(self.data.obs["state"])
+        self.algo = PRMLearner(self.policy, self.data, section, self.device)
+        self.meta["prm"] = prm_metadata(self.policy)
+        self.meta["dataset"] = {"path": cfg.dataset, **self.data.info}
+        if self.is_main:
+            i = self.data.info
+            console.print(f"PRM on {i['episodes']} episodes ({i['frames']} frames, {i['successful_episodes']} successful, "
+                          f"{i['filtered_episodes']} filtered out of progress by time correlation) of {cfg.dataset}; "
+                          f"families {i['families']}", soft_wrap=True)
+
+    @property
+    def total_iterations(self) -> int:
+        return math.ceil(self.cfg.prm.num_updates / self.cfg.prm.updates_per_iteration)
+
+    @property
+    def log_step(self) -> int:
+        return self.algo.updates
+
+    @property
+    def x_label(self) -> str:
+        return "gradient updates"
+
+    def status_line(self, metrics: dict[str, float]) -> str:
+        return (f"delta mse {metrics.get('loss/delta_mse', 0):.4f}  done bce {metrics.get('loss/done_bce', 0):.4f}  "
+                f"{metrics.get('perf/updates_per_s', 0):.0f} updates/s")
+
+    def train_iteration(self) -> dict[str, float]:
+        section = self.cfg.prm
+        n = min(section.updates_per_iteration, section.num_updates - self.algo.updates)
+        start = time.perf_counter()
+        with self.all_cores():
+            stats = self.algo.update(n, self.generator)
+        out = {f"loss/{k}": v for k, v in stats.items()}
+        out["perf/updates_per_s"] = n / max(time.perf_counter() - start, 1e-9)
+        return out
+
+    def _periodic_eval(self, logger) -> dict[str, Any] | None:
+        every = self.eval_interval()
+        if not every or self.iteration % every or self.iteration >= self.total_iterations:
+            return None
+        result = self.evaluate(video=False)
+        logger.log({f"eval/{k}": v for k, v in result.items() if isinstance(v, float)}, self.log_step)
+        return result
+
+    def evaluate(self, video: bool) -> dict[str, Any]:
+        """The PRM metrics on the held-out episodes (``rlrobot.commands.prm_eval``); curves under <run>/prm_eval."""
+        from rlrobot.commands.prm_eval import evaluate_prm
+
+        if self.eval_data is None:
+            return {}
+        out = Path(self.out) / "prm_eval" if video else None
+        m = evaluate_prm(self.policy, self.eval_data, stride=self.cfg.prm.eval_stride, out=out,
+                         seed=self.cfg.seed)["metrics"]
+        console.print(f"PRM on {m['episodes']} held-out episodes: Spearman {m['spearman_mean']:.3f}, done F1 "
+                      f"{m['done_f1']:.3f}, reversed total {m['reversed_total_mean']:.3f}, mismatch ratio "
+                      f"{m['mismatch_ratio']:.3f}", soft_wrap=True)
+        return m
