@@ -1,0 +1,220 @@
+"""``--reward.shaping prm:PATH``: a learned process reward model's progress as the training reward.
+
+The model (``rlrobot.rewards.prm``, trained by ``rlrobot train --algo prm``) maps (obs_before, obs_after, instruction)
+to a relative progress delta in [-1, 1] and a done probability. The wrapper adds to the env's reward (use
+``--reward-mode sparse``: success plus the model's progress) one of (``--reward.prm-mode``):
+
+* ``potential`` (default; measured better, see the README's PRM-RL table): potential-based shaping
+  gamma Phi(s') - Phi(s) with Phi(s_t) = max(0, delta(s_0, s_t)): the progress of the current frame relative to the
+  episode's first frame, which is VLAC's value of s_t after one update from V_0 = 0 (V = 0 + (1 - 0) delta). One model
+  call per step, and per episode the shaped discounted return differs from the task's only by the boundary terms
+  (gamma^T Phi(s_T) [0 when terminated] - Phi(s_0) = ... - 0), so the task's optimal policy is kept;
+* ``raw``: the per-step delta(s_t, s_{t+1}) itself (VLAC's dense reward): dense, but a sum of noisy deltas, and not
+  potential-based (a policy can farm progress that it later undoes).
+
+``--reward.prm-scale`` multiplies the term. ``--reward.prm-done`` ends an episode (terminated) on the first step whose
+done probability exceeds the model's ``done_threshold`` (native tasks: the env's per-env reset is used; the episode's
+statistics are reported as for any other end). ``info["final_obs"]``, ``info["episode"]`` (``return`` = the wrapped
+return, ``task_return`` = the task's, ``success`` the task's own judgement) and the new episodes' first observations
+stay consistent; the wrapper's per-env state (first and last observations, Phi, running return) travels with
+checkpoints.
+
+The instruction: the env's ``instruction_embedding`` observation where it has one (the suite), else the sentence
+embedding of ``env.instruction`` (cached per string; the encoder of the ``language`` extra runs once per new string).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import register_reward
+
+PRM_MODES = ("potential", "raw")
+EMBEDDING_KEY = "instruction_embedding"
+
+
+def check_prm_path(path: str, field: str = "reward.shaping") -> None:
+    """Before any compute: the PRM checkpoint must exist (its observation space is checked when the env is built)."""
+    if not path:
+        raise ValueError(f"{field}: prm:PATH needs a path to a PRM run or checkpoint (rlrobot train --algo prm)")
+    if not Path(path).exists():
+        raise ValueError(f"{field}: PRM checkpoint {path!r} does not exist (train one with rlrobot train --algo prm)")
+
+
+def load_prm(path: str, env, device: torch.device | str) -> Any:
+    """The PRM at ``path`` for ``env``: refused (ValueError naming the key) if it reads another observation space."""
+    from rlrobot.rewards.prm import load_progress_model
+
+    check_prm_path(path)
+    return load_progress_model(path, device, observation_space=env.single_observation_space)
+
+
+class InstructionEmbedder:
+    """[N, 384] instruction embeddings of the current episodes: the observation where the env has it, else the cached
+    sentence embeddings of ``env.instruction``."""
+
+    def __init__(self, env):
+        self.env = env
+        self._table = None
+
+    def __call__(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        if EMBEDDING_KEY in obs:
+            return obs[EMBEDDING_KEY].float()
+        if self._table is None:
+            from rlrobot.envs.language import InstructionEmbeddings
+
+            self._table = InstructionEmbeddings()
+        try:
+            texts = list(self.env.instruction)
+        except NotImplementedError as e:
+            raise ValueError(f"the PRM reward needs the task's instruction; {type(self.env).__name__} has none") from e
+        return torch.as_tensor(self._table(texts), device=obs[next(iter(obs))].device)
+
+
+def prm_features(path: str, env, device: torch.device | str):
+    """SRPO's per-frame features from a PRM's observation encoder: obs -> [N, embed_dim] (no gradients)."""
+    model = load_prm(path, env, device)
+    encoder = getattr(model, "encoder", None)
+    if encoder is None:
+        raise ValueError(f"PRM {path!r} has no observation encoder to embed trajectories with")
+
+    @torch.no_grad()
+    def features(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return encoder({k: obs[k] for k in model.obs_keys}).float()
+
+    return features
+
+
+def _clone(obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in obs.items()}
+
+
+class PRMReward:
+    def __init__(self, env, model, gamma: float, mode: str = "potential", scale: float = 1.0, end_on_done: bool = False):
+        if mode not in PRM_MODES:
+            raise ValueError(f"reward.prm_mode={mode!r} is not one of {PRM_MODES}")
+        if end_on_done and not hasattr(env, "_reset_ids"):
+            raise ValueError(f"reward.prm_done needs a native task (it resets single envs); {type(env).__name__} is not one")
+        self.env, self.model, self.gamma, self.mode, self.scale = env, model, float(gamma), mode, float(scale)
+        self.end_on_done = end_on_done
+        self.keys = tuple(model.obs_keys)
+        self.embed = InstructionEmbedder(env)
+        n = env.num_envs
+        self.phi = torch.zeros(n, device=env.device)
+        self.wrapped_return = torch.zeros(n, device=env.device)
+        self.first: dict[str, torch.Tensor] = {}
+        self.last: dict[str, torch.Tensor] = {}
+        self.instruction_embedding = torch.zeros(n, 0, device=env.device)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def _view(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: obs[k] for k in self.keys}
+
+    def reset(self, seed: int | None = None):
+        obs, info = self.env.reset(seed=seed)
+        self.first, self.last = _clone(self._view(obs)), _clone(self._view(obs))
+        self.instruction_embedding = self.embed(obs)
+        self.phi.zero_()
+        self.wrapped_return.zero_()
+        return obs, info
+
+    def step(self, action: torch.Tensor):
+        instruction = self.instruction_embedding  # the episodes being stepped (autoreset may change it)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        after = self._view(info["final_obs"])
+        before = self.first if self.mode == "potential" else self.last
+        delta, done_prob = self.model.progress(before, after, instruction)
+        delta, done_prob = delta.to(reward.device).float(), done_prob.to(reward.device).float()
+        if self.end_on_done:
+            obs, terminated, truncated, info = self._end_on_done(obs, terminated, truncated, info, done_prob)
+            after = self._view(info["final_obs"])
+        done = terminated | truncated
+        if self.mode == "potential":
+            next_phi = delta.clamp_min(0.0)
+            term = self.gamma * next_phi * (~terminated).float() - self.phi
+            self.phi = torch.where(done, torch.zeros_like(next_phi), next_phi)
+        else:
+            term = delta
+        shaped = reward + self.scale * term
+        self.wrapped_return += shaped
+        info["prm_progress"], info["prm_done"] = delta, done_prob
+        view = self._view(obs)
+        self.last = _clone(view)
+        self.instruction_embedding = self.embed(obs)
+        if done.any():
+            for k in self.keys:
+                self.first[k][done] = view[k][done]
+            ids = info["episode"]["env_ids"]
+            info["episode"] = {**info["episode"], "task_return": info["episode"]["return"],
+                               "return": self.wrapped_return[ids].clone()}
+            self.wrapped_return[done] = 0.0
+        return obs, shaped, terminated, truncated, info
+
+    # ------------------------------------------------------------ PRM done ends episodes
+    def _end_on_done(self, obs, terminated, truncated, info, done_prob):
+        """Envs whose done probability exceeds the model's threshold (and whose episode did not end anyway) end here,
+        terminated: their statistics join ``info["episode"]``, ``final_obs`` keeps their last frame, and they reset."""
+        env = self.env
+        ended = (done_prob > self.model.done_threshold) & ~(terminated | truncated)
+        if not ended.any():
+            return obs, terminated, truncated, info
+        ids_t = ended.nonzero().flatten()
+        ids = ids_t.cpu().numpy()
+        final = _clone(info["final_obs"])  # a copy: info["final_obs"] may be ``obs`` itself when no episode ended
+        t = env._to_tensor
+        episode = {"env_ids": ids_t.to(env.device), "return": t(env.episode_return[ids].astype(np.float32)),
+                   "length": t(env.elapsed_steps[ids]), "success": info["success"][ids_t].clone(),
+                   "success_once": t(env.success_once[ids])}
+        if "episode" in info and "instruction" in info["episode"]:
+            texts = env.instruction
+            episode["instruction"] = [texts[i] for i in ids.tolist()]
+        if "episode" in info and "family" in info["episode"]:
+            episode["family"] = t(env.family[ids])
+        env._reset_ids(ids)
+        obs = env.observe()
+        if "episode" in info:  # merge with the episodes that ended by themselves
+            old = info["episode"]
+            episode = {k: (old[k] + episode[k] if isinstance(old[k], list) else torch.cat([old[k], episode[k]]))
+                       for k in old if k in episode}
+        info = {**info, "episode": episode, "final_obs": final}
+        terminated = terminated | ended
+        return obs, terminated, truncated, info
+
+    # ------------------------------------------------------------ checkpoints
+    def get_state(self) -> dict[str, Any]:
+        state = self.env.get_state()
+        arrays = {**state["arrays"], "prm.phi": self.phi.cpu().numpy(), "prm.return": self.wrapped_return.cpu().numpy(),
+                  **{f"prm.first.{k}": v.cpu().numpy() for k, v in self.first.items()},
+                  **{f"prm.last.{k}": v.cpu().numpy() for k, v in self.last.items()}}
+        return {**state, "arrays": arrays}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        arrays = dict(state["arrays"])
+        dev = self.env.device
+
+        def take(name: str) -> torch.Tensor:
+            return torch.as_tensor(np.asarray(arrays.pop(name)), device=dev).clone()
+
+        self.phi, self.wrapped_return = take("prm.phi"), take("prm.return")
+        self.first = {k: take(f"prm.first.{k}") for k in self.keys}
+        self.last = {k: take(f"prm.last.{k}") for k in self.keys}
+        self.env.set_state({**state, "arrays": arrays})
+        self.instruction_embedding = self.embed(self.env.observe())
+
+
+def _make_prm(gamma: float | None, config, argument: str):
+    def wrap(env):
+        model = load_prm(argument, env, env.device)  # refuses a PRM of another observation space, before any step
+        return PRMReward(env, model, gamma if gamma is not None else 0.99, config.prm_mode, config.prm_scale,
+                         config.prm_done)
+
+    return wrap
+
+
+register_reward("prm", _make_prm, takes_config=True)
