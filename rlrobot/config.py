@@ -129,7 +129,9 @@ class TrainConfig:
 
     def reward_wrappers(self) -> list:
         """The reward wrappers of the training env (evaluation always reports the task's own reward)."""
-        return self.reward.wrappers(self.algorithm.discount, algo=self.algo)
+        wrappers = self.reward.wrappers(self.algorithm.discount, algo=self.algo)
+        jsrl = getattr(self, "jsrl", None)  # JSRL's guided env: the training env only, never the evaluation env
+        return [*wrappers, jsrl.wrapper(self)] if jsrl is not None and jsrl.enabled else wrappers
 
     def validate(self) -> None:
         """Every bad value is reported with the field name and the allowed values, before any compute. No I/O and no
@@ -161,6 +163,8 @@ class TrainConfig:
         (policy.validate_for if hasattr(policy, "validate_for") else policy.validate)(self)
         self.algorithm.validate(self)
         self.reward.validate(self)
+        if hasattr(self, "jsrl"):
+            self.jsrl.validate(self)
         per_iteration = self.steps_per_iteration()
         if per_iteration and self.total_steps < per_iteration:
             raise ValueError(f"total_steps={self.total_steps} is less than one iteration of {spec.name} "
@@ -170,6 +174,8 @@ class TrainConfig:
         """What a run does before building anything: the algorithm reads the inputs the config names (``--init``,
         ``--dataset``; its only I/O, which may adopt settings such as the ``--init`` architecture), then ``validate``."""
         self.algorithm.prepare(self)  # an unknown algo is refused here with the registered names
+        if hasattr(self, "jsrl"):
+            self.jsrl.prepare(self)
         self.validate()
 
     def run_dir(self) -> str:
@@ -199,6 +205,7 @@ def _check_device(device: str) -> None:
 @functools.cache
 def config_class(algo: str) -> type[TrainConfig]:
     """The run config of one algorithm: the common fields, its section, its policy kind's section, its inputs."""
+    from rlrobot.algorithms.jsrl import jsrl_run_fields
     from rlrobot.policies.registry import policy_spec
 
     spec = algorithm_spec(algo)
@@ -208,7 +215,7 @@ def config_class(algo: str) -> type[TrainConfig]:
               (policy.config_field, policy.config, field(default_factory=policy.config))]
     name = "TrainConfig_" + spec.name.replace("-", "_")
     # mixins first in the bases: dataclass fields follow the reversed MRO, so the common fields come first in --help
-    cls = dataclasses.make_dataclass(name, fields, bases=(*spec.run_fields, TrainConfig))
+    cls = dataclasses.make_dataclass(name, fields, bases=(*spec.run_fields, *jsrl_run_fields(spec), TrainConfig))
     cls.__module__ = __name__
     cls.__doc__ = f"Train with {spec.name}: {spec.summary}."
     setattr(sys.modules[__name__], name, cls)  # importable by name (pickle, copy)

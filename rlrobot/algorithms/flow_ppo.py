@@ -25,7 +25,7 @@ from torch import nn
 
 from rlrobot.algorithms.ppo import AdaptiveLR, clipped_value_loss, normalized_advantages, validate_ppo_common
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
-from rlrobot.data.rollout_storage import RolloutStorage
+from rlrobot.data.rollout_storage import RolloutStorage, masked_mean
 from rlrobot.policies.flow import FlowPolicy, gaussian_log_prob
 
 FLOW_VARIANTS = {"flow-noise": "noise", "flow-sde": "sde"}
@@ -208,10 +208,13 @@ class FlowPPO:
         stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0,
                  "first_ratio_max_deviation": 0.0}
         n = 0
+        if storage.learner_steps == 0:  # every chunk was a JSRL guide's: nothing of the learner's own to learn from
+            return {"learner_steps": 0.0, "lr": self.lr_schedule.lr}
         if cfg.normalize_advantages:
-            storage.advantages = normalized_advantages(storage.advantages, self.sync)
+            storage.advantages = normalized_advantages(storage.advantages, self.sync, storage.mask)
         warmup = self.iterations < cfg.critic_warmup_iterations
         for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
+            mask = mb["mask"]  # the learner's own chunks (JSRL: chunks begun by the guide are not credited)
             log_probs, entropy, value = self.evaluate_chain(mb["obs"], mb["chains"], mb["steps"])
             adv = mb["advantages"]
             if cfg.ratio_level == "chunk":
@@ -223,13 +226,13 @@ class FlowPPO:
             with torch.no_grad():
                 # k3 estimate of KL(old || new) per chunk, before this minibatch's step (Schulman's approximation)
                 chunk_log_ratio = log_ratio if log_ratio.dim() == 1 else log_ratio.sum(-1)
-                kl = self._reduce_mean(((chunk_log_ratio.exp() - 1) - chunk_log_ratio).mean())
+                kl = self._reduce_mean(masked_mean((chunk_log_ratio.exp() - 1) - chunk_log_ratio, mask))
                 if not warmup:
                     self.lr_schedule.step(kl)
             surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip))
             # dual clip: for negative advantages bound the loss by -c * A (a huge ratio cannot dominate the batch)
-            surrogate = torch.where(adv < 0, torch.min(surrogate, -cfg.dual_clip * adv), surrogate).mean()
-            value_loss = clipped_value_loss(value, mb["values"], mb["returns"], cfg.value_clip)
+            surrogate = masked_mean(torch.where(adv < 0, torch.min(surrogate, -cfg.dual_clip * adv), surrogate), mask)
+            value_loss = clipped_value_loss(value, mb["values"], mb["returns"], cfg.value_clip, mask)
             loss = cfg.value_coef * value_loss
             if not warmup:
                 loss = loss + surrogate
@@ -248,12 +251,13 @@ class FlowPPO:
                 stats["value_loss"] += value_loss.item()
                 stats["entropy"] += entropy.item()
                 stats["approx_kl"] += float(kl)
-                stats["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip).float().mean().item()
+                stats["clip_fraction"] += masked_mean(((ratio - 1.0).abs() > cfg.clip).float(), mask).item()
             n += 1
         self.iterations += 1
         out = {k: (v / n if k != "first_ratio_max_deviation" else v) for k, v in stats.items()}
         out["critic_warmup"] = float(warmup)
         out["lr"] = self.lr_schedule.lr
+        out["learner_steps"] = float(storage.learner_steps)
         return out
 
     # data-parallel training: statistics averaged and gradients all-reduced across ranks

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
-from rlrobot.data.rollout_storage import RolloutStorage
+from rlrobot.data.rollout_storage import RolloutStorage, masked_mean
 from rlrobot.policies.actor_critic import ActorCritic
 
 LR_SCHEDULES = ("adaptive", "fixed")
@@ -107,15 +107,23 @@ class AdaptiveLR:
             self.optimizer.param_groups[i]["lr"] = self.lr
 
 
-def normalized_advantages(advantages: torch.Tensor, sync=None) -> torch.Tensor:
-    """(A - mean) / std, with the statistics over all ranks in data-parallel training."""
+def normalized_advantages(advantages: torch.Tensor, sync=None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(A - mean) / std, with the statistics over all ranks in data-parallel training; with ``mask`` (the learner's
+    own steps, rollout_storage) the statistics come from the masked-in steps only."""
+    if mask is not None and not bool((mask > 0).all()):
+        kept = advantages[mask > 0]
+        if kept.numel() < 2:  # nothing (or one step) of the learner's own: nothing to normalise with
+            return advantages
+        mean, std = kept.mean(), kept.std()
+        return (advantages - mean) / (std + 1e-8)
     mean, std = sync.global_mean_std(advantages) if sync else (advantages.mean(), advantages.std())
     return (advantages - mean) / (std + 1e-8)
 
 
-def clipped_value_loss(value: torch.Tensor, old_value: torch.Tensor, returns: torch.Tensor, clip: float) -> torch.Tensor:
+def clipped_value_loss(value: torch.Tensor, old_value: torch.Tensor, returns: torch.Tensor, clip: float,
+                       mask: torch.Tensor | None = None) -> torch.Tensor:
     clipped = old_value + (value - old_value).clamp(-clip, clip)
-    return torch.max((value - returns).square(), (clipped - returns).square()).mean()
+    return masked_mean(torch.max((value - returns).square(), (clipped - returns).square()), mask)
 
 
 class PPO:
@@ -152,27 +160,30 @@ class PPO:
         cfg, storage = self.cfg, self.storage
         stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "kl": 0.0, "clip_fraction": 0.0}
         n = 0
+        if storage.learner_steps == 0:  # every step was a guide's (JSRL): nothing of the learner's own to learn from
+            return {"learner_steps": 0.0, "lr": self.lr_schedule.lr, "action_std": self.policy.log_std.exp().mean().item()}
         if cfg.normalize_advantages:
-            storage.advantages = normalized_advantages(storage.advantages, self.sync)
+            storage.advantages = normalized_advantages(storage.advantages, self.sync, storage.mask)
         for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
+            mask = mb["mask"]  # the learner's own steps (all of them unless a JSRL guide acted)
             x = self.policy.features(mb["obs"])
             dist = self.policy.distribution(x)
             log_prob = dist.log_prob(mb["actions"]).sum(-1)
-            entropy = dist.entropy().sum(-1).mean()
+            entropy = masked_mean(dist.entropy().sum(-1), mask)
             value = self.policy.critic(x).squeeze(-1)
 
             # KL(old || new) of diagonal Gaussians drives the adaptive learning rate
             with torch.no_grad():
                 old_mu, old_sigma = mb["action_mean"], mb["action_std"]
-                kl = (torch.log(dist.stddev / old_sigma) + (old_sigma.square() + (old_mu - dist.mean).square())
-                      / (2.0 * dist.stddev.square()) - 0.5).sum(-1).mean()
+                kl = masked_mean((torch.log(dist.stddev / old_sigma) + (old_sigma.square() + (old_mu - dist.mean).square())
+                                  / (2.0 * dist.stddev.square()) - 0.5).sum(-1), mask)
                 kl = self._reduce_mean(kl)
                 self.lr_schedule.step(kl)
 
             ratio = torch.exp(log_prob - mb["log_probs"])
             adv = mb["advantages"]
-            surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip)).mean()
-            value_loss = clipped_value_loss(value, mb["values"], mb["returns"], cfg.value_clip)
+            surrogate = masked_mean(torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip)), mask)
+            value_loss = clipped_value_loss(value, mb["values"], mb["returns"], cfg.value_clip, mask)
             loss = surrogate + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
 
             self.optimizer.zero_grad(set_to_none=True)
@@ -185,11 +196,12 @@ class PPO:
             stats["value_loss"] += value_loss.item()
             stats["entropy"] += entropy.item()
             stats["kl"] += float(kl)
-            stats["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip).float().mean().item()
+            stats["clip_fraction"] += masked_mean(((ratio - 1.0).abs() > cfg.clip).float(), mask).item()
             n += 1
         out = {k: v / n for k, v in stats.items()}
         out["lr"] = self.lr_schedule.lr
         out["action_std"] = self.policy.log_std.exp().mean().item()
+        out["learner_steps"] = float(storage.learner_steps)
         return out
 
     # data-parallel training: statistics averaged and gradients all-reduced across ranks

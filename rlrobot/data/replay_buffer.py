@@ -7,6 +7,11 @@ env's own timeline is a column and n-step returns are a gather along it at sampl
 observation, ``info["final_obs"]`` of the VecEnv contract, never the first observation of the next episode that
 same-step autoreset returns. Only ``terminated`` stops bootstrapping; a truncation (time-out) is bootstrapped from
 the final observation. Both end the accumulation of an n-step return.
+
+``add(..., keep=mask)`` stores only the envs whose ``keep`` is True (JSRL: the learner's own steps, never a guide's).
+Each env column therefore has its own write position and fill (``pos``, ``count``); an env's kept transitions stay
+contiguous in its column, so n-step windows still follow its own timeline (a skipped stretch is always the start of an
+episode, after the previous episode's done, which ends any window). Sampling is uniform over every stored transition.
 """
 
 from __future__ import annotations
@@ -54,47 +59,79 @@ class ReplayBuffer:
         self.rewards = torch.zeros(self.rows, num_envs, device=self.device)
         self.terminated = torch.zeros(self.rows, num_envs, dtype=torch.bool, device=self.device)
         self.truncated = torch.zeros(self.rows, num_envs, dtype=torch.bool, device=self.device)
-        self.row = 0  # next row to write
-        self.full = False
+        self.pos = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # next row to write, per env
+        self.count = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # filled rows, per env (<= rows)
+
+    @property
+    def row(self) -> int:
+        """The next row to write (of env 0; every env's when nothing was skipped)."""
+        return int(self.pos[0])
+
+    @property
+    def full(self) -> bool:
+        return bool((self.count == self.rows).all())
 
     def __len__(self) -> int:
-        return (self.rows if self.full else self.row) * self.num_envs
+        return int(self.count.sum())
+
+    def _samplable_per_env(self) -> torch.Tensor:
+        """The newest n-1 transitions of each env wait until their n-step future is stored."""
+        return (self.count - (self.n_step - 1)).clamp(min=0)
 
     @property
     def num_samplable(self) -> int:
-        """Transitions that can be drawn now: the newest n-1 rows wait until their n-step future is stored."""
-        filled = self.rows if self.full else self.row
-        return max(0, filled - (self.n_step - 1)) * self.num_envs
+        """Transitions that can be drawn now."""
+        return int(self._samplable_per_env().sum())
 
     def add(self, obs: Obs, action: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
-            truncated: torch.Tensor, next_obs: Obs, final_obs: Obs | None = None) -> None:
-        """Store one vector step. Where an env is done, ``final_obs`` (``info["final_obs"]``) replaces ``next_obs``."""
-        t = self.row
+            truncated: torch.Tensor, next_obs: Obs, final_obs: Obs | None = None, keep: torch.Tensor | None = None) -> None:
+        """Store one vector step. Where an env is done, ``final_obs`` (``info["final_obs"]``) replaces ``next_obs``.
+        ``keep`` (bool [num_envs]): store only these envs' transitions (None: all)."""
         done = (terminated | truncated).to(self.device)
+        if keep is None and bool((self.pos == self.pos[0]).all()):  # the common case: one row for every env
+            t = int(self.pos[0])
+            for k, buf in self.obs.items():
+                buf[t].copy_(obs[k])
+                nxt = next_obs[k]
+                if final_obs is not None:
+                    nxt = torch.where(done.view(-1, *([1] * (nxt.dim() - 1))), final_obs[k], nxt)
+                self.next_obs[k][t].copy_(nxt)
+            self.actions[t].copy_(action)
+            self.rewards[t].copy_(reward)
+            self.terminated[t].copy_(terminated)
+            self.truncated[t].copy_(truncated)
+            self.pos.fill_((t + 1) % self.rows)
+            self.count.add_(1).clamp_(max=self.rows)
+            return
+        keep = torch.ones(self.num_envs, dtype=torch.bool, device=self.device) if keep is None \
+            else keep.to(self.device, torch.bool)
+        envs = keep.nonzero().flatten()
+        rows = self.pos[envs]
         for k, buf in self.obs.items():
-            buf[t].copy_(obs[k])
             nxt = next_obs[k]
             if final_obs is not None:
                 nxt = torch.where(done.view(-1, *([1] * (nxt.dim() - 1))), final_obs[k], nxt)
-            self.next_obs[k][t].copy_(nxt)
-        self.actions[t].copy_(action)
-        self.rewards[t].copy_(reward)
-        self.terminated[t].copy_(terminated)
-        self.truncated[t].copy_(truncated)
-        self.row = (t + 1) % self.rows
-        self.full = self.full or self.row == 0
+            buf[rows, envs] = obs[k].to(self.device)[envs].to(buf.dtype)
+            self.next_obs[k][rows, envs] = nxt.to(self.device)[envs].to(buf.dtype)
+        self.actions[rows, envs] = action.to(self.device)[envs].to(self.actions.dtype)
+        self.rewards[rows, envs] = reward.to(self.device)[envs].to(self.rewards.dtype)
+        self.terminated[rows, envs] = terminated.to(self.device)[envs]
+        self.truncated[rows, envs] = truncated.to(self.device)[envs]
+        self.pos[envs] = (rows + 1) % self.rows
+        self.count[envs] = (self.count[envs] + 1).clamp(max=self.rows)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict[str, Any]:
         """Uniform sample with n-step returns. ``discount`` is gamma^m (m <= n steps taken), zero past a termination."""
         if batch_size > self.num_samplable:
             raise ValueError(f"batch_size={batch_size} is larger than the {self.num_samplable} transitions the replay "
                              "buffer can sample now")
-        filled = self.rows if self.full else self.row
-        start = self.row if self.full else 0  # oldest row
-        count = filled - (self.n_step - 1)
-        i = torch.randint(0, count * self.num_envs, (batch_size,), device=self.device, generator=generator)
-        t = (start + i // self.num_envs) % self.rows
-        env = i % self.num_envs
+        per_env = self._samplable_per_env()
+        ends = per_env.cumsum(0)
+        i = torch.randint(0, int(ends[-1]), (batch_size,), device=self.device, generator=generator)
+        env = torch.searchsorted(ends, i, right=True)  # the env column of the i-th samplable transition
+        j = i - (ends[env] - per_env[env])  # its index within the column, oldest first
+        start = torch.where(self.count == self.rows, self.pos, torch.zeros_like(self.pos))  # each column's oldest row
+        t = (start[env] + j) % self.rows
         if self.n_step == 1:
             last, reward = t, self.rewards[t, env]
             steps = torch.ones(batch_size, device=self.device)
@@ -120,21 +157,27 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ checkpointing (--save-replay)
     def state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Tensors (only the filled rows) and metadata, for ``replay.safetensors`` beside a checkpoint."""
-        filled = self.rows if self.full else self.row
+        filled = int(self.count.max())
         tensors = {f"obs.{k}": v[:filled] for k, v in self.obs.items()}
         tensors.update({f"next_obs.{k}": v[:filled] for k, v in self.next_obs.items()})
         tensors.update(actions=self.actions[:filled], rewards=self.rewards[:filled],
-                       terminated=self.terminated[:filled], truncated=self.truncated[:filled])
+                       terminated=self.terminated[:filled], truncated=self.truncated[:filled],
+                       pos=self.pos.clone(), count=self.count.clone())
         return tensors, {"row": self.row, "full": self.full, "rows": self.rows, "num_envs": self.num_envs}
 
     def load_state_dict(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         if meta["rows"] != self.rows or meta["num_envs"] != self.num_envs:
             raise ValueError(f"saved replay has {meta['rows']} rows x {meta['num_envs']} envs; this buffer has "
                              f"{self.rows} x {self.num_envs} (buffer size and num_envs must match to restore it)")
-        filled = self.rows if meta["full"] else meta["row"]
+        filled = tensors["actions"].shape[0]
         for k, v in self.obs.items():
             v[:filled].copy_(tensors[f"obs.{k}"])
             self.next_obs[k][:filled].copy_(tensors[f"next_obs.{k}"])
         for name in ("actions", "rewards", "terminated", "truncated"):
             getattr(self, name)[:filled].copy_(tensors[name])
-        self.row, self.full = meta["row"], meta["full"]
+        if "pos" in tensors:
+            self.pos.copy_(tensors["pos"])
+            self.count.copy_(tensors["count"])
+        else:  # saved before per-env positions: every env at the same row
+            self.pos.fill_(meta["row"])
+            self.count.fill_(self.rows if meta["full"] else meta["row"])

@@ -3,6 +3,10 @@
 PPO stores per step (actions, log-probs, Gaussian mean / std, ...); flow-policy PPO stores per chunk (the denoising
 chain, which steps were stochastic, per-element log-probs, ...). Both are one ``RolloutStorage`` with different
 ``fields``; ``values``, ``rewards`` and ``dones`` are always there for GAE, which adds ``advantages`` and ``returns``.
+
+``mask`` (1 = a step of the learner's own, 0 = a step another policy acted, e.g. JSRL's guide) is stored beside: GAE
+runs through every step (returns bootstrap through the episode), the losses and advantage normalisation of the
+algorithms count only masked-in steps (``masked_mean``). Without a mask every step is the learner's.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class RolloutStorage:
                      for name, (shape, dtype) in self.fields.items()}
         self.advantages = torch.zeros(num_steps, num_envs, device=device)
         self.returns = torch.zeros(num_steps, num_envs, device=device)
+        self.mask = torch.ones(num_steps, num_envs, device=device)
         self.step = 0
 
     def __getattr__(self, name: str) -> torch.Tensor:
@@ -55,7 +60,8 @@ class RolloutStorage:
             return data[name]
         raise AttributeError(name)
 
-    def add(self, obs: dict[str, torch.Tensor], **fields: torch.Tensor) -> None:
+    def add(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None = None, **fields: torch.Tensor) -> None:
+        """One step of every env; ``mask`` [num_envs] (bool or float): which envs' steps are the learner's (None: all)."""
         if self.step >= self.num_steps:
             raise RuntimeError("rollout storage is full; call clear() after the update")
         if fields.keys() != self.data.keys():
@@ -65,6 +71,10 @@ class RolloutStorage:
             buf[t].copy_(obs[k])
         for name, value in fields.items():
             self.data[name][t].copy_(value)
+        if mask is None:
+            self.mask[t].fill_(1.0)
+        else:
+            self.mask[t].copy_(mask)
         self.step += 1
 
     def clear(self) -> None:
@@ -74,19 +84,34 @@ class RolloutStorage:
         self.advantages, self.returns = compute_gae(self.data["rewards"], self.data["values"], self.data["dones"],
                                                     last_values, gamma, lam)
 
+    @property
+    def learner_steps(self) -> int:
+        return int(self.mask.sum())
+
     def minibatches(self, num_minibatches: int, num_epochs: int, generator: torch.Generator | None = None,
                     shuffle: bool = True) -> Iterator[dict]:
         """``num_epochs`` passes over the rollout in ``num_minibatches`` random minibatches: ``{"obs": {...}, field:
-        tensor, "advantages", "returns"}``."""
+        tensor, "advantages", "returns", "mask"}``."""
         batch = self.num_steps * self.num_envs
         size = batch // num_minibatches
         flat = lambda x: x.reshape(batch, *x.shape[2:])  # noqa: E731
         obs = {k: flat(v) for k, v in self.obs.items()}
         tensors = {name: flat(v) for name, v in self.data.items() if name not in ("rewards", "dones")}
         tensors["advantages"], tensors["returns"] = flat(self.advantages), flat(self.returns)
+        tensors["mask"] = flat(self.mask)
         for _ in range(num_epochs):
             perm = torch.randperm(batch, device=self.device, generator=generator) if shuffle \
                 else torch.arange(batch, device=self.device)
             for i in range(num_minibatches):
                 idx = perm[i * size:(i + 1) * size]
                 yield {"obs": {k: v[idx] for k, v in obs.items()}, **{k: v[idx] for k, v in tensors.items()}}
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``x`` over the entries where ``mask`` is 1 (0 when none is); ``x.mean()`` without a mask. Masked-out
+    entries never reach the result, even if they are not finite."""
+    if mask is None:
+        return x.mean()
+    mask = mask.to(x.dtype).reshape(mask.shape + (1,) * (x.dim() - mask.dim()))
+    mask = mask.expand_as(x)
+    return torch.where(mask > 0, x, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1.0)

@@ -16,6 +16,7 @@ import torch
 
 from rlrobot.algorithms.flow_nft import FlowNFT, group_advantages
 from rlrobot.algorithms.flow_ppo import FlowPPO
+from rlrobot.algorithms.jsrl import LEARNER_KEY
 from rlrobot.algorithms.policytrim import ExecuteCurriculum
 from rlrobot.config import TrainConfig
 from rlrobot.policies.registry import check_compatible
@@ -55,8 +56,9 @@ class FlowOnPolicyRunner(Runner):
         with self.all_cores():
             update_stats = self.algo.update(self.generator)
         self.algo.storage.clear()
+        jsrl = self.env.jsrl_metrics() if hasattr(self.env, "jsrl_metrics") else {}  # JSRL's guided env: h, stage, share
         return {"perf/rollout_fraction": rollout_time / (time.perf_counter() - start),
-                **{f"loss/{k}": v for k, v in update_stats.items()}, **rollout_stats}
+                **{f"loss/{k}": v for k, v in update_stats.items()}, **rollout_stats, **jsrl}
 
     def _rollout(self) -> dict[str, float]:
         env, policy, algo = self.env, self.policy, self.algo
@@ -69,8 +71,10 @@ class FlowOnPolicyRunner(Runner):
                 chunk_obs = {k: obs[k] for k in self.obs_keys}
                 chunk_reward = torch.zeros(env.num_envs, device=self.device)
                 alive = torch.ones(env.num_envs, dtype=torch.bool, device=self.device)
+                learner = None  # JSRL: a chunk is the learner's when its first action was (guide chunks not credited)
                 for j in range(self.execute_steps):
                     next_obs, reward, terminated, truncated, info = env.step(actions[:, j].clamp(-1.0, 1.0))
+                    learner = info.get(LEARNER_KEY) if j == 0 else learner
                     chunk_reward += reward * alive
                     timeout = truncated & alive
                     if timeout.any():  # bootstrap time-outs with the value of the true final observation
@@ -78,7 +82,7 @@ class FlowOnPolicyRunner(Runner):
                     alive &= ~(terminated | truncated)
                     self.track_episodes(info)
                     obs = next_obs
-                algo.storage.add(chunk_obs, **fields, values=value, rewards=chunk_reward, dones=(~alive).float())
+                algo.storage.add(chunk_obs, learner, **fields, values=value, rewards=chunk_reward, dones=(~alive).float())
             last_values = policy.value(obs)
         self.obs = obs
         algo.storage.compute_returns(last_values, gamma, section.lam)

@@ -109,7 +109,9 @@ class OffPolicyRunner(Runner):
                 else:
                     action = policy.act(obs)
                 next_obs, reward, terminated, truncated, info = env.step(action)
-                self.replay.add(obs, action, reward, terminated, truncated, next_obs, info["final_obs"])
+                # keep: JSRL's guided env marks the learner's own steps; a guide's transition never enters the replay
+                self.replay.add(obs, action, reward, terminated, truncated, next_obs, info["final_obs"],
+                                keep=info.get("jsrl_learner"))
                 policy.update_normalizer(self.gather_obs({key: obs[key]}))
                 self.track_episodes(info)
                 obs = next_obs
