@@ -152,7 +152,8 @@ def split_holdout(data, holdout: int):
     for e, row in enumerate(info):
         per_dir.setdefault(row["dataset"], []).append(e)
     share = max(1, holdout // max(len(per_dir), 1)) if holdout else 0
-    held = sorted(e for eps in per_dir.values() for e in eps[-share:]) if share else []
+    # at most all but one episode of each dataset is held out (a dataset of one episode trains)
+    held = sorted(e for eps in per_dir.values() for e in eps[len(eps) - min(share, len(eps) - 1):] if share)
     mask = np.isin(data.episode_index.cpu().numpy(), held)
     return subset(data, ~mask), (subset(data, mask) if held else None)
 

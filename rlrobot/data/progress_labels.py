@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlrobot.rewards.prm import EMBEDDING_KEY, relative_delta
+from rlrobot.rewards.prm import EMBEDDING_DIM, EMBEDDING_KEY, relative_delta
 
 
 def dataset_dirs(spec: str) -> list[Path]:
@@ -190,6 +190,12 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
                          f"only_families={only_families})")
     instructions = sorted(set(texts))
     lookup = {t: i for i, t in enumerate(instructions)}
+    if len(instructions) == 1 and instructions[0] not in embedder.cache:
+        # a single-task dataset outside the suite: its one instruction carries no information (and the task's env
+        # observes none), so a zero embedding stands for it instead of loading the sentence encoder (~20 s)
+        embeddings = np.zeros((1, EMBEDDING_DIM), np.float32)
+    else:
+        embeddings = embedder(instructions)
 
     def t(x: np.ndarray, dtype=None) -> Tensor:
         return torch.as_tensor(np.ascontiguousarray(x), dtype=dtype, device=device)
@@ -201,7 +207,7 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
             "filtered_episodes": len(episode_info) - kept, "instructions": len(instructions),
             "families": sorted({e["family"] for e in episode_info})}
     return ProgressData(obs=obs_t, instruction_id=t(np.array([lookup[x] for x in texts], np.int64)),
-                        instruction_embeddings=t(embedder(instructions), torch.float32), instructions=instructions,
+                        instruction_embeddings=t(embeddings, torch.float32), instructions=instructions,
                         progress=t(np.concatenate(progress)), done=t(np.concatenate(done)),
                         episode_index=t(np.concatenate(episode).astype(np.int64)),
                         episode_start=t(np.concatenate(start).astype(np.int64)), trains_progress=t(np.concatenate(trains)),

@@ -70,6 +70,10 @@ def _smoke_config(algo: str, tmp_path, demos) -> TrainConfig:
         cfg.init, cfg.flow_nft.rollout_chunks, cfg.flow_nft.num_minibatches = "none", 2, 2
     elif algo == "flow-srpo":  # whole 20-step episodes: 5 chunks of 4 actions, groups of 2 envs
         cfg.init, cfg.flow_srpo.rollout_chunks, cfg.flow_srpo.num_minibatches, cfg.flow_srpo.group_size = "none", 5, 2, 2
+    elif algo == "prm":  # the process reward model: a few updates on the demos, evaluated on them (issue 20)
+        cfg.dataset, cfg.num_envs = str(demos), 1
+        cfg.prm = dataclasses.replace(cfg.prm, num_updates=4, updates_per_iteration=2, batch_size=16, eval_dataset=str(demos))
+        cfg.prm_net = dataclasses.replace(cfg.prm_net, state_hidden=(16,), embed_dim=8, text_dim=8, head_hidden=(16,))
     elif algo_spec_kind(algo) == "offline":  # every offline algorithm (rlrobot.algorithms.offline): a few updates
         cfg.dataset, cfg.num_envs = str(demos), 1
         setattr(cfg, cfg.spec.config_field, dataclasses.replace(cfg.algorithm, gradient_steps=4, updates_per_iteration=2,

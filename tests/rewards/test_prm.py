@@ -1,0 +1,268 @@
+"""The process reward model (issue 20): the VLAC value update, the training labels (reversed, repeated, mismatched
+pairs; done pseudo labels), a tiny trained model flips the sign of reversed pairs, a checkpoint of another observation
+space is refused, resume continues bit-exactly, prm-eval writes its curves and metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from rlrobot.algorithms.prm import PRMConfig, PRMLearner, split_holdout
+from rlrobot.data.progress_labels import (
+    FORWARD,
+    MISMATCHED,
+    REPEATED,
+    REVERSED,
+    ProgressData,
+    label_episode,
+    sample_pairs,
+    spearman,
+)
+from rlrobot.rewards.prm import (
+    PRMNetConfig,
+    ProgressRewardModel,
+    VLACProgressModel,
+    check_observation_space,
+    load_progress_model,
+    progress_curve,
+    relative_delta,
+    value_update,
+)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+TINY = PRMNetConfig(state_hidden=(32,), embed_dim=16, text_dim=8, head_hidden=(32, 32))
+
+
+# ---------------------------------------------------------------------------------------------- value update
+def test_value_update_is_vlac_formula_and_relative_deltas_rebuild_the_progress_curve():
+    v = value_update(torch.tensor([0.0, 0.5, 0.5, 0.8]), torch.tensor([0.3, 0.5, -0.5, 1.0]))
+    assert torch.allclose(v, torch.tensor([0.3, 0.75, 0.25, 1.0]))  # V + (1 - V) * delta
+    assert float(value_update(torch.tensor(0.2), torch.tensor(-1.0))) == 0.0  # clipped at 0
+    p = torch.tensor([0.0, 0.1, 0.3, 0.25, 0.6, 0.55, 0.9])  # progress with regressions
+    value = torch.tensor(0.0)
+    for before, after in zip(p[:-1], p[1:], strict=True):
+        value = value_update(value, relative_delta(before, after))
+        assert torch.isclose(value, after, atol=1e-6)
+    assert float(relative_delta(torch.tensor(0.6), torch.tensor(0.3))) < 0 < float(relative_delta(torch.tensor(0.3),
+                                                                                                    torch.tensor(0.6)))
+    assert float(relative_delta(torch.tensor(1.0), torch.tensor(0.0))) == -1.0  # clipped
+
+
+def test_episode_labels_time_progress_to_first_success_and_relative_dense_progress_for_failures():
+    success = np.array([False, False, False, True, True, False, True])  # next.success: done from frame 4
+    p, done, ok = label_episode(success, None)
+    assert ok and done.tolist() == [False, False, False, False, True, True, False]
+    assert np.allclose(p, [0, 0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
+    reward = np.array([0.2, 0.4, 0.6, 0.5, 0.6])
+    p, done, ok = label_episode(np.zeros(5, bool), reward)
+    assert not ok and not done.any()
+    assert np.allclose(p, [0.0, 0.0, 0.25, 0.5, 0.375])  # (phi_i - phi_0) / (1 - phi_0), phi_i = reward[i - 1]
+    assert spearman(np.arange(5.0), np.arange(5.0) ** 2) == pytest.approx(1.0)
+    assert np.isnan(spearman(np.zeros(4), np.arange(4.0)))
+
+
+# ---------------------------------------------------------------------------------------------- synthetic data
+def synthetic_data(episodes: int = 12, length: int = 30, seed: int = 0) -> ProgressData:
+    """Instruction 0 moves coordinate 0 from 0 to 1, instruction 1 moves coordinate 1; progress = time to the end;
+    coordinates 2 and 3 jitter. Episodes alternate instructions; done over the last fifth."""
+    rng = np.random.default_rng(seed)
+    states, prog, done, ins, ep, start = [], [], [], [], [], []
+    for e in range(episodes):
+        k = e % 2
+        t = np.arange(length) / (length - 1)
+        s = rng.normal(0, 0.05, (length, 4)).astype(np.float32)
+        s[:, k], s[:, 1 - k] = t, 0.0  # jitter only on the coordinates no instruction moves
+        states.append(s)
+        prog.append(t)
+        done.append(t >= 0.8)
+        ins += [k] * length
+        ep += [e] * length
+        start += [e * length] * length
+    emb = torch.nn.functional.normalize(torch.randn(2, 384, generator=torch.Generator().manual_seed(seed)), dim=1)
+    n = episodes * length
+    return ProgressData(obs={"state": torch.as_tensor(np.concatenate(states))}, instruction_id=torch.tensor(ins),
+                        instruction_embeddings=emb, instructions=["move x", "move y"],
+                        progress=torch.as_tensor(np.concatenate(prog), dtype=torch.float32),
+                        done=torch.as_tensor(np.concatenate(done)), episode_index=torch.tensor(ep),
+                        episode_start=torch.tensor(start), trains_progress=torch.ones(n, dtype=torch.bool),
+                        episode_info=[{"success": True, "family": "synthetic", "trains_progress": True}] * episodes)
+
+
+def test_pairs_reversed_repeated_mismatched_labels():
+    data = synthetic_data()
+    batch = sample_pairs(data, 4096, torch.Generator().manual_seed(0), max_skip=10, reversed_share=0.25,
+                         repeated_share=0.1, mismatched_share=0.15)
+    kind = batch.kind
+    for k, share in ((REVERSED, 0.25), (REPEATED, 0.1), (MISMATCHED, 0.15), (FORWARD, 0.5)):
+        assert abs(float((kind == k).float().mean()) - share) < 0.03
+    fwd, rev = kind == FORWARD, kind == REVERSED
+    moved = batch.after["state"][:, :2].sum(1) - batch.before["state"][:, :2].sum(1)  # the moving coordinate
+    assert (batch.delta[fwd] >= 0).all() and (batch.delta[rev] <= 0).all()
+    assert (batch.delta[rev & (moved.abs() > 1e-6)] < 0).all() and (moved[rev] <= 1e-6).all()
+    assert torch.equal(batch.before["state"][kind == REPEATED], batch.after["state"][kind == REPEATED])
+    assert (batch.delta[(kind == REPEATED) | (kind == MISMATCHED)] == 0).all()
+    # the mismatched pairs show the other instruction than the frames' own (which moved coordinate k)
+    own = (batch.after["state"][:, 1] > batch.after["state"][:, 0]).long()  # crude: valid away from the start
+    far = (batch.after["state"][:, :2].max(1).values > 0.3)
+    shown = (batch.embedding @ data.instruction_embeddings.T).argmax(1)
+    assert (shown[far & (kind == MISMATCHED)] != own[far & (kind == MISMATCHED)]).all()
+    assert (shown[far & fwd] == own[far & fwd]).all()
+    # done labels: the frames' own, except with a mismatched instruction (0)
+    assert 0.05 < float(batch.done.mean()) < 0.25
+
+
+@pytest.fixture(scope="module")
+def trained_tiny():
+    torch.manual_seed(0)
+    data = synthetic_data()
+    model = VLACProgressModel({"state": [4]}, TINY)
+    model.fit_state_stats(data.obs["state"])
+    learner = PRMLearner(model, data, PRMConfig(num_updates=300, batch_size=128, lr=3e-3, max_skip=10), torch.device("cpu"))
+    learner.update(300, torch.Generator().manual_seed(1))
+    return model, data
+
+
+def test_trained_tiny_model_flips_the_sign_of_reversed_pairs(trained_tiny):
+    model, _ = trained_tiny
+    assert isinstance(model, ProgressRewardModel)
+    test = synthetic_data(episodes=4, seed=7)
+    g = torch.Generator().manual_seed(3)
+    j = torch.randint(5, 30, (200,), generator=g) + 30 * torch.randint(0, 4, (200,), generator=g)
+    i = j - torch.randint(3, 6, (200,), generator=g)
+    emb = test.embedding(j)
+    fwd, done_fwd = model.progress(test.frames(i), test.frames(j), emb)
+    rev, _ = model.progress(test.frames(j), test.frames(i), emb)
+    assert fwd.shape == (200,) and done_fwd.shape == (200,) and fwd.abs().max() <= 1.0
+    assert float((fwd > 0).float().mean()) > 0.95 and float((rev < 0).float().mean()) > 0.95
+    assert float(((fwd > 0) & (rev < 0)).float().mean()) > 0.95  # the same pairs flip sign
+    # a whole held-out episode: the value curve rises with time, done late
+    idx = torch.arange(30)
+    values, done, _ = progress_curve(model, test.frames(idx), test.embedding(idx), stride=3)
+    assert spearman(values.numpy(), np.arange(30)) > 0.9
+    assert float(done[-3:].mean()) > 0.5 > float(done[:10].mean())
+
+
+def test_mismatched_instruction_gives_smaller_deltas(trained_tiny):
+    model, data = trained_tiny
+    j = torch.arange(10, 360, 30) + 15
+    i = j - 5
+    own, _ = model.progress(data.frames(i), data.frames(j), data.embedding(j))
+    other = data.instruction_embeddings[1 - data.instruction_id[j]]
+    wrong, done = model.progress(data.frames(i), data.frames(j), other)
+    assert float(wrong.abs().mean()) < 0.5 * float(own.abs().mean())
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+def test_observation_space_check_names_the_key():
+    check_observation_space({"state": [89]}, {"state": (89,), "instruction_embedding": (384,)})
+    with pytest.raises(ValueError, match="PRM observation 'state' has shape \\[89\\] in the checkpoint; the env has \\[27\\]"):
+        check_observation_space({"state": [89]}, {"state": (27,)})
+    with pytest.raises(ValueError, match="PRM observation 'image_front' .* is not an observation of the env"):
+        check_observation_space({"image_front": [3, 64, 64]}, {"state": (89,)})
+
+
+@pytest.fixture(scope="module")
+def suite_dataset(tmp_path_factory):
+    from rlrobot.commands.collect import CollectArgs, collect_demonstrations
+
+    out = tmp_path_factory.mktemp("prm") / "push-to"
+    collect_demonstrations(CollectArgs(task="so101-push-to", episodes=3, out=str(out), num_envs=3, recipe="expert"))
+    return out
+
+
+def _config(out, dataset, updates: int):
+    from rlrobot.config import train_config
+
+    return train_config("prm", task="so101-suite", num_envs=1, out=str(out), dataset=str(dataset), logger="none",
+                        video=True, num_threads=1, checkpoint_every=1, eval_every=0,
+                        prm=PRMConfig(num_updates=updates, updates_per_iteration=2, batch_size=32, eval_dataset=str(dataset)),
+                        prm_net=TINY)
+
+
+def test_train_checkpoint_refuses_other_observation_space_and_resumes_exactly(suite_dataset, tmp_path):
+    import rlrobot
+    from rlrobot.runners.base import make_runner
+    from rlrobot.runners.checkpoint import load_checkpoint
+
+    straight = make_runner(_config(tmp_path / "a", suite_dataset, 6)).learn()
+    assert set(straight["eval"]) >= {"spearman_mean", "done_f1", "reversed_total_mean", "mismatch_ratio"}
+    assert (tmp_path / "a" / "prm_eval" / "progress_curves.png").is_file()
+    # interrupted after 2 of 3 iterations, then resumed
+    runner = make_runner(_config(tmp_path / "b", suite_dataset, 6))
+    runner._start()
+    for _ in range(2):
+        runner._train_and_log(None)
+    runner.save()
+    resumed = _config(tmp_path / "b", suite_dataset, 6)
+    resumed.resume = True
+    make_runner(resumed).learn()
+    wa, _, _ = load_checkpoint(tmp_path / "a")
+    wb, _, _ = load_checkpoint(tmp_path / "b")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+    env = rlrobot.make("so101-suite", 2, seed=0)
+    model = load_progress_model(tmp_path / "a", "cpu", observation_space=env.single_observation_space)
+    obs, _ = env.reset(seed=0)
+    nxt = env.step(env.expert_action())[0]
+    delta, done = model.progress(obs, nxt, obs["instruction_embedding"])
+    assert delta.shape == done.shape == (2,)
+    env.close()
+    reach = rlrobot.make("so101-reach", 1, seed=0)
+    with pytest.raises(ValueError, match="PRM observation 'state' has shape \\[89\\] in the checkpoint; the env has \\[27\\]"):
+        load_progress_model(tmp_path / "a", "cpu", observation_space=reach.single_observation_space)
+    reach.close()
+    with pytest.raises(ValueError, match="is not a process-reward-model checkpoint"):
+        bad = tmp_path / "a" / "checkpoints" / "latest"
+        ckpt = tmp_path / "a" / "checkpoints" / bad.read_text().strip()
+        cfg = json.loads((ckpt / "config.json").read_text())
+        cfg.pop("prm")
+        (ckpt / "config.json").write_text(json.dumps(cfg))
+        (ckpt / "checksums.json").unlink()
+        load_progress_model(tmp_path / "a")
+
+
+def test_prm_eval_command_writes_metrics_and_curves(suite_dataset, tmp_path, trained_tiny):
+    from rlrobot.commands.prm_eval import PRMEvalArgs, run_prm_eval
+    from rlrobot.runners.base import make_runner
+
+    make_runner(_config(tmp_path / "run", suite_dataset, 2)).learn()
+    result = run_prm_eval(PRMEvalArgs(checkpoint=str(tmp_path / "run"), dataset=str(suite_dataset), out=str(tmp_path / "ev")))
+    m = json.loads((tmp_path / "ev" / "metrics.json").read_text())["metrics"]
+    assert m["episodes"] == 3 and result["metrics"]["episodes"] == 3
+    assert (tmp_path / "ev" / "progress_curves.png").stat().st_size > 10_000
+    assert 0.0 <= m["done_f1"] <= 1.0 and m["reversed_episodes"] == 3
+    with pytest.raises(ValueError, match="stride must be >= 1"):
+        run_prm_eval(PRMEvalArgs(checkpoint=str(tmp_path / "run"), dataset=str(suite_dataset), stride=0))
+
+
+def test_holdout_split_keeps_whole_episodes_and_one_per_dataset_for_training():
+    data = synthetic_data(episodes=5)
+    data.episode_info = [dict(r, dataset="d") for r in data.episode_info]
+    train, held = split_holdout(data, 3)
+    assert len(train) == 60 and len(held) == 90
+    assert held.episode_start.tolist()[:31] == [0] * 30 + [30]
+    train, held = split_holdout(data, 99)
+    assert len(train) == 30 and held is not None and len(held) == 120
+
+
+def test_config_validation_names_the_field():
+    from rlrobot.config import train_config
+
+    cfg = train_config("prm", task="so101-suite", dataset="x")
+    cfg.prm = dataclasses.replace(cfg.prm, reversed_share=0.6, mismatched_share=0.5)
+    with pytest.raises(ValueError, match="prm.\\*_share"):
+        cfg.validate()
+    cfg = train_config("prm", task="so101-suite", dataset="x", prm=PRMConfig(exclude_families=("towers",)))
+    with pytest.raises(ValueError, match="prm.exclude_families: 'towers' is not one of"):
+        cfg.validate()
+    cfg = train_config("prm", task="so101-suite")
+    with pytest.raises(ValueError, match="dataset: algo='prm' trains from LeRobotDatasets"):
+        cfg.validate()
+    cfg = train_config("prm", task="so101-suite", dataset="x", prm_net=PRMNetConfig(obs_keys=("depth",)))
+    with pytest.raises(ValueError, match="prm_net.obs_keys: 'depth' is not 'state' or an image key"):
+        cfg.validate()
