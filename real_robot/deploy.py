@@ -4,6 +4,7 @@
     rlrobot deploy --robot twin --server ws://127.0.0.1:8765 --token $TOKEN --record data/twin_reach
     rlrobot deploy --robot lerobot --lerobot-port /dev/ttyACM0 --checkpoint runs/reach --target 0.18 0.05 0.08
     rlrobot deploy --robot twin --server wss://policy-host:8765 --tls-ca server-cert.pem --token $TOKEN
+    rlrobot deploy --robot twin --checkpoint runs/reach --reward prm:runs/prm_reach --record data/twin_reach_prm
 
 Output: one line per episode as it ends, then a table of the episodes (steps, success, return where the robot knows
 it, holds, clamped steps, refused and late answers, how it ended) and a summary; ``--json-out FILE`` writes every
@@ -16,6 +17,13 @@ number as JSON, ``--verbose`` also logs each safety intervention as it happens.
 - *clamped*: acting ticks on which the safety supervisor changed the policy's command (joint, velocity, acceleration
   or workspace limit). The default limits are the SO-101's servos' (``SafetyConfig``); a policy clamped on most steps
   asks for motions the arm cannot make.
+
+``--reward prm:PATH``: a process reward model (``rlrobot train --algo prm``) scores every control step: its progress
+of the current frame from the episode's first (``reward.progress``, the potential a real-robot RL loop shapes with),
+the step's progress delta from the previous frame (``reward.delta``) and its done probability (``reward.done``). They
+are recorded as extra features of ``--record``'s dataset, reported per episode (final progress, first step past the
+model's done threshold; the per-step lists in ``--json-out``) and, with ``--verbose``, logged per step. The model runs
+on the CPU inside the control tick (a small MLP: well under a millisecond per step).
 
 Safety policy: an e-stop, a watchdog disable (the server went silent for ``safety.disable_after_s``) or a fault of the
 control loop holds and disables the arm and *latches*: no further episode starts in this run, and the summary says
@@ -41,6 +49,8 @@ from rich.table import Table
 from .drivers import DRIVERS, make_robot
 from .executor import ChunkExecutor, ControlLoopFault, EpisodeResult, ExecutorConfig
 from .safety import SafetyConfig, SafetySupervisor
+
+log = logging.getLogger("rlrobot.reward")
 
 
 @dataclass
@@ -81,6 +91,9 @@ class DeployArgs:
     """write the full report (summary, per-episode numbers, latencies) as JSON to this file"""
     verbose: bool = False
     """log every safety intervention (each clamped command) as it happens; by default they are counted per episode"""
+    reward: str | None = None
+    """prm:PATH: score every step with this process reward model (progress, delta, done): reported, logged with
+    --verbose and recorded with --record"""
 
     def validate(self) -> None:
         if self.robot not in DRIVERS:
@@ -101,6 +114,12 @@ class DeployArgs:
             raise ValueError(f"twin_obs_noise={self.twin_obs_noise!r} must be a finite number >= 0")
         if self.target is not None and not all(math.isfinite(x) for x in self.target):
             raise ValueError(f"target={self.target} must be 3 finite numbers (m)")
+        if self.reward is not None:
+            if not self.reward.startswith("prm:"):
+                raise ValueError(f"reward={self.reward!r} must be prm:PATH (a model of rlrobot train --algo prm)")
+            from rlrobot.rewards.prm_reward import check_prm_path
+
+            check_prm_path(self.reward[4:], "reward")
         if self.tls_ca is not None:
             if self.server is None or not self.server.startswith("wss://"):
                 raise ValueError("tls_ca is for a wss:// --server (TLS)")
@@ -115,7 +134,7 @@ def _deploy_logging(verbose: bool):
     if not verbose:
         yield
         return
-    names = ("rlrobot.safety", "rlrobot.executor")
+    names = ("rlrobot.safety", "rlrobot.executor", "rlrobot.reward")
     saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in names]
     handler = None
     if not logging.getLogger().handlers:
@@ -176,6 +195,81 @@ def _connect_robot(args: DeployArgs, task: str, metadata: dict[str, Any], bridge
         raise
 
 
+REWARD_FEATURES = {name: {"dtype": "float32", "shape": [1], "names": None}
+                   for name in ("reward.progress", "reward.delta", "reward.done")}
+
+
+class PRMProgressLog:
+    """Scores each control step with a process reward model. It sits where the executor calls its recorder
+    (``add_frame`` per tick, ``save_episode`` / ``discard_episode`` per episode), so the control loop is unchanged,
+    and forwards every frame with the model's numbers to the real recorder, if any."""
+
+    def __init__(self, path: str, bridge, recorder=None):
+        from rlrobot.rewards.prm import load_progress_model
+
+        state_dim = int(bridge.shadow.single_observation_space["state"].shape[0])
+        # the robot side observes the state only: a PRM that reads images or another state is refused here
+        self.model = load_progress_model(path, "cpu", observation_space={"state": [state_dim]})
+        self.bridge, self.recorder = bridge, recorder
+        self._embeddings: dict[str, Any] = {}
+        self.first: Any = None
+        self.last: Any = None
+        self.steps: list[tuple[float, float, float]] = []
+        self.last_episode: dict[str, Any] = {}
+
+    def _embedding(self, text: str):
+        import torch
+
+        if text not in self._embeddings:
+            shadow = self.bridge.shadow
+            if hasattr(shadow, "instruction_observation"):  # the suite ships its instructions' embeddings
+                emb = shadow.instruction_observation([text])["instruction_embedding"]
+            else:
+                from rlrobot.envs.language import InstructionEmbeddings
+
+                emb = InstructionEmbeddings()([text])
+            self._embeddings[text] = torch.as_tensor(emb, dtype=torch.float32).reshape(1, -1)
+        return self._embeddings[text]
+
+    def add_frame(self, reading, obs, action, command, task: str, interventions: int, held: bool | None = None) -> None:
+        import torch
+
+        o = torch.as_tensor(np.asarray(obs["state"], np.float32)).reshape(1, -1)
+        if self.first is None:
+            self.first = self.last = o
+        # one batched call: (first -> now) is the episode's progress, (previous -> now) the step's delta
+        delta, done = self.model.progress({"state": torch.cat([self.first, self.last])}, {"state": torch.cat([o, o])},
+                                          self._embedding(task).expand(2, -1))
+        progress, step_delta, done_prob = float(delta[0]), float(delta[1]), float(done[0])
+        self.last = o
+        self.steps.append((progress, step_delta, done_prob))
+        log.debug("step %d: progress %.3f, delta %+.3f, done %.3f", len(self.steps) - 1, progress, step_delta, done_prob)
+        if self.recorder is not None:
+            extra = {"reward.progress": np.array([progress], np.float32), "reward.delta": np.array([step_delta], np.float32),
+                     "reward.done": np.array([done_prob], np.float32)}
+            self.recorder.add_frame(reading, obs, action, command, task, interventions, held=held, extra=extra)
+
+    def _end(self) -> None:
+        p = [s[0] for s in self.steps]
+        done = [s[2] for s in self.steps]
+        first_done = next((i for i, d in enumerate(done) if d > self.model.done_threshold), None)
+        self.last_episode = {"prm_final_progress": p[-1] if p else None, "prm_max_progress": max(p) if p else None,
+                             "prm_done_step": first_done, "prm_progress": p, "prm_delta": [s[1] for s in self.steps],
+                             "prm_done": done}
+        self.first = self.last = None
+        self.steps = []
+
+    def save_episode(self) -> None:
+        self._end()
+        if self.recorder is not None:
+            self.recorder.save_episode()
+
+    def discard_episode(self) -> None:
+        self._end()
+        if self.recorder is not None:
+            self.recorder.discard_episode()
+
+
 def _episode_record(k: int, result: EpisodeResult) -> dict[str, Any]:
     return {"episode": k, "steps": result.steps, "success": result.success, "return": result.episode_return,
             "holds": result.holds, "clamped_steps": result.clamped_steps, "aborted": result.aborted,
@@ -193,9 +287,42 @@ def _episode_line(record: dict[str, Any], total: int) -> str:
     if record["return"] is not None:
         parts.append(f"return {record['return']:.1f}")
     parts += [f"{record['holds']} holds", f"{record['clamped_steps']} clamped"]
+    if record.get("prm_final_progress") is not None:
+        done = record["prm_done_step"]
+        parts.append(f"PRM progress {record['prm_final_progress']:.2f}" + (f" (done at step {done})" if done is not None
+                                                                              else " (not done)"))
     if record["aborted"]:
         parts.append(f"ABORTED: {record['abort_reason']}")
     return f"episode {record['episode'] + 1}/{total}: " + ", ".join(parts)
+
+
+def _load_prm_log(args: DeployArgs, bridge, source) -> PRMProgressLog | None:
+    if args.reward is None:
+        return None
+    try:
+        return PRMProgressLog(args.reward[4:], bridge)
+    except BaseException:
+        bridge.close()
+        if hasattr(source, "close"):
+            source.close()
+        raise
+
+
+def _make_recorder(args: DeployArgs, robot, bridge, prm_log: PRMProgressLog | None):
+    """What the executor records through: the dataset recorder (--record), behind the PRM's scorer (--reward)."""
+    recorder = None
+    if args.record:
+        from .recorder import EpisodeRecorder
+
+        reading = robot.observe()
+        images = {k: tuple(v.shape) for k, v in reading.get("images", {}).items()}
+        recorder = EpisodeRecorder(args.record, robot.control_rate_hz, int(bridge.observation(reading)["state"].shape[-1]),
+                                   bridge.action_dim, robot.joint_names, images,
+                                   extra_features=REWARD_FEATURES if prm_log is not None else None)
+    if prm_log is not None:  # the PRM sees every frame the recorder would, and forwards them to it
+        prm_log.recorder = recorder
+        return prm_log
+    return recorder
 
 
 def run_deploy(args: DeployArgs) -> dict[str, Any]:
@@ -209,6 +336,7 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
     if control_mode is None:
         raise ValueError(f"the policy was trained on {task!r}, which has no robot-side model (native tasks only)")
     bridge = TaskBridge(task, control_mode)
+    prm_log = _load_prm_log(args, bridge, source)  # before the robot connects: a PRM of another obs space is refused
     robot = _connect_robot(args, task, metadata, bridge, source)
     supervisor = SafetySupervisor(args.safety, robot.joint_low, robot.joint_high, 1.0 / robot.control_rate_hz,
                                   forward_kinematics=bridge.tcp_position)
@@ -217,14 +345,7 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
         supervisor.install_signal_estop(signal.SIGUSR1)
     if args.estop_key:
         supervisor.start_key_estop()
-    recorder = None
-    if args.record:
-        from .recorder import EpisodeRecorder
-
-        reading = robot.observe()
-        images = {k: tuple(v.shape) for k, v in reading.get("images", {}).items()}
-        recorder = EpisodeRecorder(args.record, robot.control_rate_hz, int(bridge.observation(reading)["state"].shape[-1]),
-                                   bridge.action_dim, robot.joint_names, images)
+    recorder = _make_recorder(args, robot, bridge, prm_log)
     executor = ChunkExecutor(robot, bridge, source, supervisor, args.executor, recorder)
     max_steps = args.max_steps or bridge.shadow.max_episode_steps
     console = Console(width=max(Console().width, 120), highlight=False)
@@ -252,6 +373,8 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
                     recorder.save_episode()
                 episodes.append(result)
                 records.append(_episode_record(k, result))
+                if prm_log is not None:
+                    records[-1].update(prm_log.last_episode)
                 console.print(_episode_line(records[-1], args.episodes), soft_wrap=True)
                 if supervisor.estopped:  # latched: no further episode starts without an operator
                     break
@@ -296,6 +419,7 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
         "inference_failures": sum(e.inference_failures for e in episodes),
         "dropped_frames": dict(getattr(source, "dropped", {})),
         "recorded": args.record,
+        "reward": args.reward,
         "per_episode": records,
     }
     if args.json_out:

@@ -3,8 +3,10 @@
 Features per frame: ``observation.state`` (the policy's observation), ``observation.joints`` (measured joint
 positions, rad), ``action`` (the joint targets actually commanded after the safety supervisor; the measured position
 while holding), ``action.policy`` (the policy's raw action, zeros while holding), ``safety.held`` and
-``safety.interventions`` (the supervisor's running count), and ``observation.images.<camera>`` when the robot has
-cameras. Real-robot data then feeds the offline and fine-tuning paths in the ecosystem's format.
+``safety.interventions`` (the supervisor's running count), ``observation.images.<camera>`` when the robot has
+cameras, and any ``extra_features`` the caller declares (``rlrobot deploy --reward prm:PATH`` records the process
+reward model's ``reward.progress``, ``reward.delta`` and ``reward.done`` per frame, for a real-robot RL loop).
+Real-robot data then feeds the offline and fine-tuning paths in the ecosystem's format.
 
 An episode appears all at once or not at all. ``save_episode`` first writes an undo journal (``meta/.journal/``:
 copies of the metadata files as they were, and ``pending.json`` naming the episode's data file); the writer then adds
@@ -112,7 +114,8 @@ def read_recording(root: str | Path, repair: bool = True) -> dict[str, Any]:
 
 class EpisodeRecorder:
     def __init__(self, root: str | Path, fps: float, state_dim: int, action_dim: int, joint_names: tuple[str, ...],
-                 image_shapes: dict[str, tuple[int, int, int]] | None = None, robot_type: str = "so101_follower"):
+                 image_shapes: dict[str, tuple[int, int, int]] | None = None, robot_type: str = "so101_follower",
+                 extra_features: dict[str, dict[str, Any]] | None = None):
         features: dict[str, dict[str, Any]] = {
             "observation.state": {"dtype": "float32", "shape": [state_dim], "names": None},
             "observation.joints": {"dtype": "float32", "shape": [len(joint_names)], "names": list(joint_names)},
@@ -124,12 +127,16 @@ class EpisodeRecorder:
         for cam, shape in (image_shapes or {}).items():
             features[f"observation.images.{cam}"] = {"dtype": "image", "shape": list(shape),
                                                      "names": ["height", "width", "channels"]}
+        features.update(extra_features or {})
+        self.extra_keys = list(extra_features or {})
         self.image_keys = list(image_shapes or {})
         self.action_dim = action_dim
         self.writer = LeRobotDatasetWriter(root, fps, features, robot_type=robot_type)
 
     def add_frame(self, reading: dict[str, Any], obs: dict[str, np.ndarray], action: np.ndarray | None,
-                  command: np.ndarray | None, task: str, interventions: int, held: bool | None = None) -> None:
+                  command: np.ndarray | None, task: str, interventions: int, held: bool | None = None,
+                  extra: dict[str, np.ndarray] | None = None) -> None:
+        """One control tick; ``extra`` holds a value for each of the declared ``extra_features``."""
         held = command is None if held is None else held
         frame = {
             "observation.state": np.asarray(obs["state"], np.float32).reshape(-1),
@@ -142,6 +149,8 @@ class EpisodeRecorder:
         }
         for cam in self.image_keys:
             frame[f"observation.images.{cam}"] = reading["images"][cam]
+        for key in self.extra_keys:
+            frame[key] = np.asarray((extra or {})[key])
         self.writer.add_frame(frame, task)
 
     def save_episode(self) -> int:
