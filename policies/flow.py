@@ -69,6 +69,11 @@ class FlowPolicyConfig:
     the other encoders' features) or "film" (scales and shifts the fused observation embedding)"""
     instruction_dim: int = 64
     """width of the instruction projection ("concat")"""
+    mean_flow: bool = False
+    """average-velocity (MeanFlow) head u(x_t, r, t): each denoising step jumps its whole interval [t_next, t] with the
+    interval's mean velocity, so 1-2 steps sample a chunk; trained through the instantaneous velocity it induces"""
+    mean_flow_ratio: float = 0.25
+    """(mean_flow) fraction of training samples with an interval r < t (the rest train r = t, plain flow matching)"""
 
     def validate(self) -> None:
         if self.chunk_size < 1:
@@ -87,6 +92,8 @@ class FlowPolicyConfig:
             raise ValueError("flow.obs_keys must name at least one observation key")
         if self.instruction_fusion not in ("concat", "film"):
             raise ValueError(f"flow.instruction_fusion={self.instruction_fusion!r} is not one of ('concat', 'film')")
+        if not 0.0 <= self.mean_flow_ratio <= 1.0:
+            raise ValueError(f"flow.mean_flow_ratio must be in [0, 1], got {self.mean_flow_ratio}")
         if self.obs_keys == (INSTRUCTION_KEY,) and self.instruction_fusion == "film":
             raise ValueError("flow.instruction_fusion='film' modulates the other observations' embedding: add 'state' "
                              "or an image key to flow.obs_keys")
@@ -148,7 +155,8 @@ class FlowPolicy(Protocol):
         ...
 
     def flow_matching_loss(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, t: torch.Tensor,
-                           noise: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor: ...
+                           noise: torch.Tensor, mask: torch.Tensor | None = None,
+                           generator: torch.Generator | None = None) -> torch.Tensor: ...
 
     def sample_chain(self, obs: dict[str, torch.Tensor], mode: str = "ode", noise_level: float = 0.5,
                      stochastic_steps: torch.Tensor | None = None, generator: torch.Generator | None = None,
@@ -213,13 +221,30 @@ class FlowSampling:
     chunk_size: int
     action_dim: int
 
+    def interval_starts(self, t: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor | None:
+        """Interval starts r <= t for an average-velocity policy's training samples; None for an instantaneous one."""
+        return None
+
+    def training_velocity(self, x_t: torch.Tensor, t: torch.Tensor, emb: torch.Tensor,
+                          r: torch.Tensor | None = None) -> torch.Tensor:
+        """The velocity that flow matching and NFT regress onto eps - a: v(x_t, t) here; an average-velocity policy
+        returns the instantaneous velocity its u(x_t, r, t) induces on [r, t]."""
+        return self.velocity(x_t, t, emb)[0]
+
+    def step_velocity(self, x_t: torch.Tensor, t: torch.Tensor, t_next: torch.Tensor, emb: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(velocity, features) of one Euler step t -> t_next: v(x_t, t) here; an average-velocity policy returns
+        u(x_t, t_next, t), the exact mean velocity over the step."""
+        return self.velocity(x_t, t, emb)
+
     def flow_matching_loss(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, t: torch.Tensor,
-                           noise: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+                           noise: torch.Tensor, mask: torch.Tensor | None = None,
+                           generator: torch.Generator | None = None) -> torch.Tensor:
         """|| v(x_t, t) - (eps - a) ||^2 on chunks [B, H, A]; ``mask`` [B, H] drops padded steps past an episode."""
         a = actions.reshape(len(actions), -1)
         eps = noise.reshape(len(noise), -1)
         x_t = t[:, None] * eps + (1 - t[:, None]) * a
-        v, _ = self.velocity(x_t, t, self.encode(obs))
+        v = self.training_velocity(x_t, t, self.encode(obs), self.interval_starts(t, generator))
         err = (v - (eps - a)).square().reshape(actions.shape)
         if mask is None:
             return err.mean()
@@ -233,7 +258,8 @@ class FlowSampling:
         grid = time_grid(self.denoising_steps, x_t.device)
         t = grid[k]
         delta = (t - grid[k + 1])[:, None]
-        v, features = self.velocity(x_t, t, emb)
+        # the SDE's drift needs the instantaneous velocity (its score); ODE and Flow-Noise steps take the step's own
+        v, features = self.velocity(x_t, t, emb) if mode == "sde" else self.step_velocity(x_t, t, grid[k + 1], emb)
         t = t[:, None]
         a_hat = x_t - t * v
         eps_hat = x_t + (1.0 - t) * v
@@ -359,6 +385,10 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
         self.fuse = nn.Sequential(nn.Linear(widths, cfg.embed_dim), nn.LayerNorm(cfg.embed_dim), ACTIVATIONS[act]())
         self.time_mlp = nn.Sequential(nn.Linear(cfg.time_embed_dim, cfg.time_embed_dim), ACTIVATIONS[act]())
         in_dim = self.flat_dim + cfg.time_embed_dim + cfg.embed_dim
+        self.mean_flow = cfg.mean_flow
+        if cfg.mean_flow:  # the interval length t - r is a second time input (MeanFlow's (t, t - r) conditioning)
+            self.gap_mlp = nn.Sequential(nn.Linear(cfg.time_embed_dim, cfg.time_embed_dim), ACTIVATIONS[act]())
+            in_dim += cfg.time_embed_dim
         trunk: list[nn.Module] = []
         for h in cfg.velocity_hidden:
             trunk += [nn.Linear(in_dim, h), ACTIVATIONS[act]()]
@@ -402,10 +432,55 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
         return emb
 
     def velocity(self, x_t: torch.Tensor, t: torch.Tensor, emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """v(x_t, t | obs) on flattened chunks [B, H*A]; also returns the trunk features (input of the noise head)."""
-        temb = self.time_mlp(sinusoidal_embedding(t, self.cfg.time_embed_dim))
-        features = self.trunk(torch.cat([x_t, temb, emb], dim=-1))
+        """v(x_t, t | obs) on flattened chunks [B, H*A]; also returns the trunk features (input of the noise head).
+        With the MeanFlow head this is u(x_t, t, t): the average over an empty interval is the instantaneous velocity."""
+        return self.average_velocity(x_t, t, t, emb) if self.mean_flow else self._head(x_t, t, None, emb)
+
+    def _head(self, x_t: torch.Tensor, t: torch.Tensor, gap: torch.Tensor | None, emb: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        parts = [x_t, self.time_mlp(sinusoidal_embedding(t, self.cfg.time_embed_dim))]
+        if gap is not None:
+            parts.append(self.gap_mlp(sinusoidal_embedding(gap, self.cfg.time_embed_dim)))
+        features = self.trunk(torch.cat([*parts, emb], dim=-1))
         return self.velocity_out(features), features
+
+    # ------------------------------------------------------------------ the MeanFlow head
+    def average_velocity(self, x_t: torch.Tensor, r: torch.Tensor, t: torch.Tensor, emb: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """u(x_t, r, t) = 1 / (t - r) * integral_r^t v(x_s, s) ds, so x_r = x_t - (t - r) u (MeanFlow)."""
+        return self._head(x_t, t, t - r, emb)
+
+    def step_velocity(self, x_t: torch.Tensor, t: torch.Tensor, t_next: torch.Tensor, emb: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.mean_flow:
+            return self.velocity(x_t, t, emb)
+        return self.average_velocity(x_t, t_next.expand_as(t), t, emb)
+
+    def interval_starts(self, t: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor | None:
+        """r = t for a (1 - mean_flow_ratio) share of the samples, else r ~ U(0, t)."""
+        if not self.mean_flow:
+            return None
+        pick = torch.rand(t.shape, generator=generator, device=t.device) < self.cfg.mean_flow_ratio
+        return torch.where(pick, t * torch.rand(t.shape, generator=generator, device=t.device), t)
+
+    def training_velocity(self, x_t: torch.Tensor, t: torch.Tensor, emb: torch.Tensor,
+                          r: torch.Tensor | None = None) -> torch.Tensor:
+        """MeanFlow's identity v = u + (t - r) du/dt, as improved MeanFlow writes it: V = u(x_t, r, t) + (t - r) sg(du/dt)
+        with the total derivative du/dt = (d/dx u) v_theta + d/dt u along the policy's own instantaneous velocity
+        v_theta = u(x_t, t, t) (a JVP). Regressing V on eps - a trains u on every interval; with r = t it is plain
+        flow matching. Gradients reach u only (the JVP term is a stopped-gradient correction)."""
+        if not self.mean_flow or r is None:
+            return self.velocity(x_t, t, emb)[0]
+        u, _ = self.average_velocity(x_t, r, t, emb)
+        gap = t - r
+        if not bool((gap > 0).any()):
+            return u
+        with torch.no_grad():
+            x, e, r0 = x_t.detach(), emb.detach(), r.detach()
+            v_inst, _ = self.average_velocity(x, t.detach(), t.detach(), e)
+            _, du_dt = torch.func.jvp(lambda x_, t_: self.average_velocity(x_, r0, t_, e)[0], (x, t.detach()),
+                                      (v_inst, torch.ones_like(t)))
+        return u + gap[:, None] * du_dt
 
     def noise_std(self, features: torch.Tensor) -> torch.Tensor:
         """Flow-Noise std: tanh output mapped linearly into [log sigma_min^2, log sigma_max^2]."""
@@ -426,7 +501,7 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
         grid = time_grid(self.denoising_steps, x.device)
         for k in range(self.denoising_steps):
             t = grid[k].expand(len(x))
-            v, _ = self.velocity(x, t, emb)
+            v, _ = self.step_velocity(x, t, grid[k + 1], emb)
             x = x - (grid[k] - grid[k + 1]) * v
         return x.reshape(-1, self.chunk_size, self.action_dim)
 

@@ -26,6 +26,11 @@ With r = 1 and beta = 1 the loss is plain flow matching toward the sampled chunk
 adaptive loss weight, which makes the loss scale-free across t; it measures the error in x0-space, where
 x0_hat - a = t (u - v), so the weight is t * mean|u - v|); ``none`` is the plain velocity-space MSE.
 
+MeanFlowNFT: with ``--flow.mean-flow`` the policy predicts the average velocity u(x_t, r, t) over [r, t] and samples
+a chunk in 1-2 steps; v_theta, v_old and the anchor above are then the instantaneous velocities their u induce,
+V = u(x_t, r, t) + (t - r) sg(du/dt) (MeanFlow's identity with du/dt along the policy's own velocity), on intervals
+r <= t drawn as in SFT, so NFT fine-tunes every interval the sampler jumps.
+
 Choices made here (the paper is about images; say so where it differs): one sample per observation (no group of
 rollouts from the same start state: the VecEnv resets envs independently), so r comes from the critic's GAE
 advantages rather than group-normalised rewards; only the executed part of each chunk enters the loss (the rest was
@@ -286,16 +291,17 @@ class FlowNFT:
         t = sample_time(len(a), cfg.time_sampling, generator, self.device)
         eps = torch.randn(a.shape, generator=generator, device=self.device)
         x_t = t[:, None] * eps + (1.0 - t[:, None]) * a
-        v_theta, _ = policy.velocity(x_t, t, emb)
+        r_start = policy.interval_starts(t, generator)  # MeanFlow head: NFT acts on the velocity u induces on [r, t]
+        v_theta = policy.training_velocity(x_t, t, emb, r_start)
         with torch.no_grad():
-            v_old, _ = self.reference.velocity(x_t, t, ref_emb)
+            v_old = self.reference.training_velocity(x_t, t, ref_emb, r_start)
         mask = self.executed_mask.expand_as(a)
         per_sample = nft_loss(v_theta, v_old, eps - a, r.repeat(n), cfg.beta, t, cfg.weighting, mask, cfg.max_drift)
         loss = cfg.adv_clip * per_sample.mean()
         stats = {"nft_loss": loss.item(), "drift": ((v_theta - v_old).abs() * mask).sum().item() / mask.sum().item()}
         if self.anchor is not None:
             with torch.no_grad():
-                v_init, _ = self.anchor.velocity(x_t, t, self.anchor.encode(obs).repeat(n, 1))
+                v_init = self.anchor.training_velocity(x_t, t, self.anchor.encode(obs).repeat(n, 1), r_start)
             drift = ((v_theta - v_init).square() * mask).sum(-1).mean() / mask[0].sum()
             loss = loss + cfg.anchor_coef * drift
             stats["anchor_drift"] = drift.item()

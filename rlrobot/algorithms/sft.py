@@ -116,7 +116,8 @@ class FlowSFT:
             chunks = self.chunks[idx]
             t = sample_time(len(idx), cfg.time_sampling, generator, self.device)
             noise = torch.randn(chunks.shape, generator=generator, device=self.device)
-            loss = policy.flow_matching_loss({k: v[idx] for k, v in self.obs.items()}, chunks, t, noise, self.mask[idx])
+            loss = policy.flow_matching_loss({k: v[idx] for k, v in self.obs.items()}, chunks, t, noise, self.mask[idx],
+                                             generator)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if self.sync:

@@ -254,3 +254,26 @@ def test_max_drift_stops_the_gradient_beyond_the_clip():
     nft_loss(v_theta, v_old, target, torch.ones(4), beta=1.0, times=torch.full((4,), 0.5), weighting="none",
              max_drift=0.1).sum().backward()
     assert torch.all(v_theta.grad[:2] == 0) and torch.all(v_theta.grad[2:] != 0)
+
+
+def test_mean_flow_policy_nft_with_r_one_and_beta_one_is_its_flow_matching_loss():
+    """With the MeanFlow head NFT acts on the induced instantaneous velocity; at r = 1, beta = 1 its gradient is the
+    MeanFlow SFT gradient on the same intervals (so fine-tuning and SFT train the same field)."""
+    torch.manual_seed(0)
+    policy = MLPFlowPolicy({"state": (6,)}, 2, dataclasses.replace(SMALL_FLOW, mean_flow=True, mean_flow_ratio=1.0))
+    reference = copy.deepcopy(policy)
+    obs, chunks, t, noise = batch()
+    a, eps = chunks.reshape(len(chunks), -1), noise.reshape(len(noise), -1)
+    x_t = t[:, None] * eps + (1 - t[:, None]) * a
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    r_start = policy.interval_starts(t, g1)
+    assert (r_start < t).all()
+    v_theta = policy.training_velocity(x_t, t, policy.encode(obs), r_start)
+    with torch.no_grad():
+        v_old = reference.training_velocity(x_t, t, reference.encode(obs), r_start)
+    nft = nft_loss(v_theta, v_old, eps - a, torch.ones(len(t)), beta=1.0, times=t, weighting="none").mean()
+    g_nft = grads(policy, nft)
+    g_fm = grads(policy, policy.flow_matching_loss(obs, chunks, t, noise, None, g2))
+    for x, y in zip(g_nft, g_fm, strict=True):
+        assert torch.allclose(x, y, atol=1e-6, rtol=1e-4)
+    assert any(g.abs().sum() > 0 for g in g_fm)

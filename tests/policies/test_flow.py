@@ -130,3 +130,53 @@ def test_in_house_policy_implements_the_flow_policy_protocol():
     state = torch.randn(100, 7) * 3 + 1
     policy.fit_observation_stats({"state": state})
     assert torch.allclose(policy.state_mean, state.mean(0)) and torch.allclose(policy.state_std, state.std(0))
+
+
+def _bimodal_sft(mean_flow: bool, updates: int = 600) -> MLPFlowPolicy:
+    """SFT on chunks of one action that is -1 or +1 with equal probability, whatever the observation."""
+    torch.manual_seed(0)
+    cfg = FlowPolicyConfig(mean_flow=mean_flow, mean_flow_ratio=0.5, chunk_size=1, denoising_steps=1, state_hidden=(32, 32),
+                           embed_dim=32, velocity_hidden=(64, 64), time_embed_dim=32)
+    policy = MLPFlowPolicy({"state": (2,)}, 1, cfg)
+    optimizer = torch.optim.Adam(policy.parameters(), 1e-3)
+    g = torch.Generator().manual_seed(0)
+    obs = {"state": torch.zeros(256, 2)}
+    for _ in range(updates):
+        chunks = (torch.randint(0, 2, (256, 1, 1), generator=g) * 2 - 1).float()
+        t = torch.rand(256, generator=g) * 0.999 + 0.001
+        loss = policy.flow_matching_loss(obs, chunks, t, torch.randn(256, 1, 1, generator=g), None, g)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return policy
+
+
+def test_mean_flow_head_samples_a_bimodal_chunk_in_one_step_where_one_euler_step_gives_the_mean():
+    """One Euler step of an instantaneous-velocity policy from x_1 = eps lands on E[a] = 0 (eps - v(eps, 1) = E[a | eps]);
+    the average-velocity head jumps the whole interval and reaches the modes +-1."""
+    g = torch.Generator().manual_seed(1)
+    samples = {}
+    for mean_flow in (False, True):
+        policy = _bimodal_sft(mean_flow)
+        with torch.no_grad():
+            chain, _ = policy.sample_chain({"state": torch.zeros(512, 2)}, "ode", generator=g)
+        samples[mean_flow] = chain[:, -1, 0]
+    assert samples[False].abs().mean() < 0.2
+    assert samples[True].abs().mean() > 0.45
+    assert 0.3 < (samples[True] > 0).float().mean() < 0.7  # both modes
+
+
+def test_mean_flow_training_velocity_is_the_instantaneous_velocity_on_an_empty_interval():
+    torch.manual_seed(0)
+    policy = MLPFlowPolicy({"state": (3,)}, 2, FlowPolicyConfig(mean_flow=True, chunk_size=2, velocity_hidden=(32,)))
+    x, t, emb = torch.randn(5, 4), torch.rand(5), policy.encode({"state": torch.randn(5, 3)})
+    v, _ = policy.velocity(x, t, emb)
+    assert torch.allclose(policy.training_velocity(x, t, emb, t.clone()), v)
+    r = t * 0.5
+    induced = policy.training_velocity(x, t, emb, r)
+    # V = u + (t - r) du/dt with du/dt along v: check the JVP against a finite difference of u along the trajectory
+    u = lambda xx, tt: policy.average_velocity(xx, r, tt, emb)[0]  # noqa: E731
+    h = 1e-3
+    fd = (u(x + h * v, t + h) - u(x - h * v, t - h)) / (2 * h)
+    assert torch.allclose(induced, u(x, t) + (t - r)[:, None] * fd, atol=1e-3)
+    assert policy.interval_starts(torch.full((4000,), 0.8)).lt(0.8).float().mean().item() == pytest.approx(0.25, abs=0.03)
