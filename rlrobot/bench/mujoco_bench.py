@@ -67,6 +67,12 @@ class BenchArgs:
     """settings of --peers (task, envs, rollout, epochs, minibatch, network, rounds)"""
     json: str | None = None
     """write every figure with its config to this JSON file (same as --json-out)"""
+    prm: bool = True
+    """(g) the process reward model's inference per env step beside the env step, so101-suite (rlrobot.bench.prm_bench)"""
+    prm_num_envs: int = 256
+    """envs of (g) (at most the largest --num-envs of the run)"""
+    prm_checkpoint: str = ""
+    """a trained PRM for (g) ('' = the preset's network; the weights do not change the cost)"""
 
     def __post_init__(self):
         if self.backend not in BENCH_BACKENDS:
@@ -197,6 +203,11 @@ def run_bench(args: BenchArgs) -> dict:
         from rlrobot.bench.offline_bench import offline_bench
 
         result["offline"] = offline_bench(args)
+    if args.prm:
+        from rlrobot.bench.prm_bench import prm_bench
+
+        result["prm"] = prm_bench(min(args.prm_num_envs, max(args.num_envs)), args.seconds, args.prm_checkpoint,
+                                  args.num_threads, console)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(result, f, indent=2)

@@ -266,3 +266,11 @@ def test_config_validation_names_the_field():
     cfg = train_config("prm", task="so101-suite", dataset="x", prm_net=PRMNetConfig(obs_keys=("depth",)))
     with pytest.raises(ValueError, match="prm_net.obs_keys: 'depth' is not 'state' or an image key"):
         cfg.validate()
+
+
+def test_bench_prm_figure_beside_the_env_step():
+    from rlrobot.bench.prm_bench import prm_bench
+
+    row = prm_bench(num_envs=4, seconds=0.1, num_threads=1)
+    assert row["num_envs"] == 4 and row["env_step_ms"] > 0 and row["prm_ms"] > 0
+    assert row["prm_over_env"] == pytest.approx(row["prm_ms"] / row["env_step_ms"])
