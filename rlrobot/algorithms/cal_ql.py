@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, adam, as_float, offline_spec, register_offline, soft_update
 from rlrobot.algorithms.registry import register_algorithm
 from rlrobot.policies.sac_policy import QEnsemble, SquashedGaussianActor
+
+if TYPE_CHECKING:
+    from rlrobot.data.transitions import Transitions
 
 
 @dataclass
@@ -38,9 +43,22 @@ class CalQLConfig(OfflineConfig):
     """Cal-QL's floor max(Q, MC return) on the policy actions' Q-values (False: plain CQL(H))"""
     actor_lr: float = 1e-4
     """actor and entropy-temperature learning rate (the critics use lr)"""
+    init_alpha: float = 1.0
+    """initial entropy temperature (tuned toward -|A| from there; with sparse 0/1 rewards and a short budget a
+    temperature of 1 outweighs the Q-values and keeps the actor near uniform)"""
     tau: float = 0.005
     """Polyak rate of the target critics"""
     critic_layer_norm: bool = False
+    """LayerNorm in every critic layer (WSRL's pretraining; an --algo wsrl run adopts it with the weights)"""
+    num_critics: int = 2
+    """critics in the ensemble (2: the twin critics of the reference code; WSRL pretrains a REDQ ensemble of 10)"""
+    num_target_critics: int = 2
+    """size of the random critic subset whose min forms the TD target (REDQ's M; = num_critics: min over all)"""
+    actor_q: Literal["min", "mean"] = "min"
+    """how the actor reduces the critic ensemble: min (twin critics) or mean (REDQ ensembles, as WSRL)"""
+    reward: Literal["dataset", "success"] = "dataset"
+    """reward trained on: the dataset's next.reward, or next.success (the native tasks' sparse reward); a run with
+    --reward-mode sparse selects success"""
 
     def validate(self, run) -> None:
         super().validate(run)
@@ -48,10 +66,42 @@ class CalQLConfig(OfflineConfig):
             raise ValueError(f"cal_ql.cql_alpha must be >= 0, got {self.cql_alpha}")
         if self.num_actions < 1:
             raise ValueError(f"cal_ql.num_actions must be >= 1, got {self.num_actions}")
+        if self.init_alpha <= 0:
+            raise ValueError(f"cal_ql.init_alpha must be > 0, got {self.init_alpha}")
         if self.temperature <= 0 or self.actor_lr <= 0:
             raise ValueError(f"cal_ql.temperature and cal_ql.actor_lr must be > 0, got {self.temperature}, {self.actor_lr}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"cal_ql.tau must be in (0, 1], got {self.tau}")
+        if not 1 <= self.num_target_critics <= self.num_critics:
+            raise ValueError(f"cal_ql.num_target_critics must be in [1, cal_ql.num_critics={self.num_critics}], got "
+                             f"{self.num_target_critics}")
+        if self.actor_q not in ("min", "mean"):
+            raise ValueError(f"cal_ql.actor_q={self.actor_q!r} is not one of ('min', 'mean')")
+        if self.reward not in REWARD_SOURCES:
+            raise ValueError(f"cal_ql.reward={self.reward!r} is not one of {REWARD_SOURCES}")
+
+    def prepare(self, run) -> None:
+        super().prepare(run)
+        if getattr(run, "reward_mode", "dense") == "sparse":  # the online task's sparse reward is its success flag
+            self.reward = "success"
+
+
+REWARD_SOURCES = ("dataset", "success")
+
+
+def success_rewards(data: Transitions) -> Transitions:
+    """The data with r = next.success (what a native task gives with --reward-mode sparse) and its MC returns-to-go
+    recomputed with the data's gamma."""
+    rewards = data.success.float()
+    r = rewards.cpu().numpy().astype(np.float64)
+    last = (torch.arange(len(data), device=data.device) == data.episode_end).cpu().numpy()
+    returns = np.zeros(len(r))
+    running = 0.0
+    for i in range(len(r) - 1, -1, -1):  # once per run; a few 1e5 frames at most
+        running = r[i] + (0.0 if last[i] else data.gamma * running)
+        returns[i] = running
+    return replace(data, rewards=rewards, mc_returns=torch.as_tensor(returns, dtype=torch.float32, device=data.device),
+                   info={**data.info, "reward": "success"})
 
 
 def calibrated(q_policy: torch.Tensor, mc_returns: torch.Tensor) -> torch.Tensor:
@@ -76,12 +126,15 @@ def conservative_penalty(q_data: torch.Tensor, q_random: torch.Tensor, q_policy:
 @register_offline("cal-ql")
 class CalQL(OfflineAlgorithm):
     def __init__(self, cfg: CalQLConfig, obs_dim, action_dim, data, device, generator=None):
+        if data is not None and cfg.reward == "success":
+            data = success_rewards(data)
         super().__init__(cfg, obs_dim, action_dim, data, device, generator)
         nets = self.networks
-        nets["critic"] = QEnsemble(obs_dim, action_dim, cfg.hidden, 2, layer_norm=cfg.critic_layer_norm).to(self.device)
+        nets["critic"] = QEnsemble(obs_dim, action_dim, cfg.hidden, cfg.num_critics,
+                                   layer_norm=cfg.critic_layer_norm).to(self.device)
         nets["critic_target"] = copy.deepcopy(nets["critic"]).requires_grad_(False)
         nets["actor"] = SquashedGaussianActor(obs_dim, action_dim, cfg.hidden).to(self.device)
-        self.log_alpha = torch.zeros((), device=self.device, requires_grad=True)
+        self.log_alpha = torch.full((), math.log(cfg.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = -float(action_dim)
         self.optimizers["critic"] = adam(nets["critic"].parameters(), lr=cfg.lr)
         self.optimizers["actor"] = adam(nets["actor"].parameters(), lr=cfg.actor_lr)
@@ -110,7 +163,11 @@ class CalQL(OfflineAlgorithm):
         cfg, nets = self.cfg, self.networks
         with torch.no_grad():
             a_next, _ = nets["actor"].sample(s_next)
-            target = batch.rewards + cfg.gamma * (~batch.terminals).float() * nets["critic_target"](s_next, a_next).min(0).values
+            q_next = nets["critic_target"](s_next, a_next)
+            if cfg.num_target_critics < cfg.num_critics:  # REDQ: min over a random subset of the target ensemble
+                q_next = q_next[torch.randperm(cfg.num_critics, generator=self.generator, device=self.device)[
+                    :cfg.num_target_critics]]
+            target = batch.rewards + cfg.gamma * (~batch.terminals).float() * q_next.min(0).values
         q = nets["critic"](s, batch.actions)
         td = F.mse_loss(q, target.expand_as(q)) * q.shape[0]
         k = cfg.num_actions
@@ -138,7 +195,8 @@ class CalQL(OfflineAlgorithm):
         # actor: max min_i Q_i(s, pi(s)) - alpha log pi, with the entropy temperature tuned to -A
         a, logp = nets["actor"].sample(s)
         alpha = self.log_alpha.exp().detach()
-        q_pi = nets["critic"](s, a).min(0).values
+        q_pi = nets["critic"](s, a)
+        q_pi = q_pi.min(0).values if cfg.actor_q == "min" else q_pi.mean(0)
         actor_loss = (alpha * logp - q_pi).mean()
         self.optimizers["actor"].zero_grad(set_to_none=True)
         actor_loss.backward()

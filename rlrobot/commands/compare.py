@@ -29,12 +29,15 @@ class CompareArgs:
     """figure title"""
     json_out: str = ""
     """also write the table as JSON here"""
+    mark: tuple[str, ...] = ()
+    """vertical lines on the env-steps axis, STEP:LABEL each (e.g. --mark 5000:online); a run whose config.json has a
+    warm-start switch point (warm_start.switch_step) gets its own dashed line in its colour without this"""
 
 
 def run_compare(args: CompareArgs) -> list[dict[str, Any]]:
     import json
 
-    from rlrobot.logging.compare import comparison_table, run_curve, write_comparison
+    from rlrobot.logging.compare import comparison_table, parse_mark, run_curve, write_comparison
 
     if not args.runs:
         raise ValueError("runs: give at least one run directory")
@@ -42,11 +45,12 @@ def run_compare(args: CompareArgs) -> list[dict[str, Any]]:
         raise ValueError(f"labels: {len(args.labels)} labels for {len(args.runs)} runs; give one per run or none")
     if args.start and len(args.start) != len(args.runs):
         raise ValueError(f"start: {len(args.start)} values for {len(args.runs)} runs; give one per run or none")
+    marks = tuple(parse_mark(m) for m in args.mark)  # refused before any run is read
     labels = args.labels or tuple(Path(r).name for r in args.runs)
     starts = args.start or (None,) * len(args.runs)
     curves = [run_curve(r, label, args.metric, s) for r, label, s in zip(args.runs, labels, starts, strict=True)]
     table = comparison_table(curves, args.level)
-    png = write_comparison(curves, args.out, args.metric, args.title, args.level)
+    png = write_comparison(curves, args.out, args.metric, args.title, args.level, marks)
     view = Table(title=f"{args.metric} (level {args.level:g})")
     for column in table[0]:
         view.add_column(column, justify="left" if column == "run" else "right")

@@ -4,6 +4,10 @@ clock, plus the table a comparison needs (final, best, and the steps / seconds e
 Evaluation rows carry no wall time; their wall time is interpolated from the training rows' ``time/wall`` at the same
 step (both are logged at iteration ends, so this is exact up to the evaluation's own duration, which is not counted
 as training time). A run's starting point (e.g. the SFT checkpoint's success) can be given as ``start``.
+
+Switch points: vertical lines on the env-steps axis, given as ``marks`` ((step, label) pairs, ``--mark STEP:LABEL``), and
+each run's own switch read from its config.json (``warm_start.switch_step``: the env step where a warm start's
+updates begin, written by rlrobot.runners.warm_start), drawn in the run's colour on both axes.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ class RunCurve:
     steps: list[float]
     wall: list[float]
     values: list[float]
+    switch: tuple[float, float] | None = None
+    """(env step, training wall seconds) of the run's switch point (config.json ``warm_start.switch_step``)"""
 
     def first_reaching(self, level: float) -> tuple[float, float] | None:
         """(env steps, wall seconds) of the first point at or above ``level``."""
@@ -67,7 +73,30 @@ def run_curve(run_dir: str | Path, label: str, metric: str = "eval/success_rate"
     if len(curve.values) == (start is not None):
         raise ValueError(f"{run_dir} logged no {metric!r}; metrics it has: "
                          f"{sorted({k for _, r in rows for k in r})[:12]}")
+    switch = run_switch_step(run_dir)
+    if switch is not None:
+        curve.switch = (switch, wall_at(switch))
     return curve
+
+
+def run_switch_step(run_dir: str | Path) -> float | None:
+    """The env step where a warm start's learning begins (config.json ``warm_start.switch_step``), if it has one."""
+    import json
+
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        return None
+    step = (json.loads(path.read_text()).get("warm_start") or {}).get("switch_step")
+    return float(step) if isinstance(step, (int, float)) else None
+
+
+def parse_mark(text: str) -> tuple[float, str]:
+    """``STEP:LABEL`` (``5000:online``; the label may be empty) -> (5000.0, 'online')."""
+    step, _, label = text.partition(":")
+    try:
+        return float(step.replace("_", "")), label
+    except ValueError:
+        raise ValueError(f"mark={text!r} is not STEP:LABEL (e.g. 5000:online)") from None
 
 
 def comparison_table(curves: list[RunCurve], level: float) -> list[dict[str, Any]]:
@@ -80,12 +109,21 @@ def comparison_table(curves: list[RunCurve], level: float) -> list[dict[str, Any
     return table
 
 
-def comparison_figure(curves: list[RunCurve], metric: str, title: str = "", level: float | None = None):
+def comparison_figure(curves: list[RunCurve], metric: str, title: str = "", level: float | None = None,
+                      marks: tuple[tuple[float, str], ...] = ()):
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for i, c in enumerate(curves):
         color = COLORS[i % len(COLORS)]
         for ax, xs in ((axes[0], c.steps), (axes[1], c.wall)):
             ax.plot(xs, c.values, "o-", color=color, label=c.label, markersize=3.5, linewidth=1.2)
+        if c.switch is not None:  # the run's own switch point, in its colour
+            for ax, x in zip(axes, c.switch, strict=True):
+                ax.axvline(x, color=color, linestyle="--", linewidth=1, alpha=0.8)
+    for step, label in marks:
+        axes[0].axvline(step, color="black", linestyle="--", linewidth=1)
+        if label:
+            axes[0].annotate(label, (step, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                             textcoords="offset points", fontsize=8)
     for ax, xlabel in ((axes[0], "env steps"), (axes[1], "training wall clock (s)")):
         ax.set_xlabel(xlabel)
         ax.set_ylabel(metric)
@@ -103,8 +141,8 @@ def comparison_figure(curves: list[RunCurve], metric: str, title: str = "", leve
 
 
 def write_comparison(curves: list[RunCurve], out_png: str | Path, metric: str, title: str = "",
-                     level: float | None = None) -> Path:
-    fig = comparison_figure(curves, metric, title, level)
+                     level: float | None = None, marks: tuple[tuple[float, str], ...] = ()) -> Path:
+    fig = comparison_figure(curves, metric, title, level, marks)
     out_png = Path(out_png)
     try:
         fig.savefig(out_png, dpi=110)

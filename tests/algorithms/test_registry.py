@@ -62,6 +62,19 @@ def _smoke_config(algo: str, tmp_path, demos) -> TrainConfig:
         cfg.ppo.rollout_steps, cfg.ppo.num_minibatches = 4, 2
     elif algo == "sac":
         cfg.sac = dataclasses.replace(cfg.sac, learning_starts=8, batch_size=8, rollout_steps=4)
+    elif algo in ("wsrl", "rlpd", "cal-ql-online"):  # warm starts (issue 18): --init a 2-step Cal-QL run, --dataset demos
+        if algo != "rlpd":
+            pre = train_config("cal-ql", **{**common, "out": str(tmp_path / "pre")}, dataset=str(demos))
+            pre.num_envs, pre.cal_ql.gradient_steps, pre.cal_ql.updates_per_iteration = 1, 2, 2
+            pre.cal_ql.batch_size, pre.cal_ql.hidden = 8, (16,)
+            from rlrobot.runners.base import make_runner
+
+            make_runner(pre).learn()
+            cfg.init = str(tmp_path / "pre")
+        if algo != "wsrl":
+            cfg.dataset = str(demos)
+        setattr(cfg, cfg.spec.config_field, dataclasses.replace(cfg.algorithm, learning_starts=16, batch_size=8,
+                                                                rollout_steps=4, utd=0.5, buffer_size=1_000))
     elif algo == "sft":
         cfg.dataset, cfg.sft.num_updates, cfg.sft.updates_per_iteration, cfg.num_envs = str(demos), 4, 2, 1
     elif algo in ("flow-noise", "flow-sde"):

@@ -39,3 +39,20 @@ def test_bad_arguments(tmp_path):
         run_compare(CompareArgs(runs=(run,), metric="eval/return", out=str(tmp_path / "x.png")))
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
         run_compare(CompareArgs(runs=(str(tmp_path),), out=str(tmp_path / "x.png")))
+
+
+def test_switch_points_from_config_and_marks(tmp_path):
+    from rlrobot.logging.compare import comparison_figure, run_curve
+
+    warm = write_run(tmp_path / "warm", {2000: 0.5, 4000: 0.95}, seconds_per_1k=2.0)
+    (tmp_path / "warm" / "config.json").write_text(json.dumps({"warm_start": {"switch_step": 1500}}))
+    cold = write_run(tmp_path / "cold", {2000: 0.2}, seconds_per_1k=1.0)
+    curves = [run_curve(warm, "warm"), run_curve(cold, "cold")]
+    assert curves[0].switch == (1500.0, 3.0) and curves[1].switch is None  # its wall clock interpolated
+    fig = comparison_figure(curves, "eval/success_rate", marks=((2500.0, "online"),))
+    lines = [[tuple(line.get_xdata()) for line in ax.get_lines() if line.get_linestyle() == "--"] for ax in fig.axes]
+    assert lines == [[(1500.0, 1500.0), (2500.0, 2500.0)], [(3.0, 3.0)]]  # steps axis: the run's and the mark; wall: the run's
+    table = run_compare(CompareArgs(runs=(warm, cold), mark=("2_500:online",), out=str(tmp_path / "m.png")))
+    assert len(table) == 2 and (tmp_path / "m.png").is_file()
+    with pytest.raises(ValueError, match=r"mark='x:online' is not STEP:LABEL"):
+        run_compare(CompareArgs(runs=(warm,), mark=("x:online",), out=str(tmp_path / "x.png")))

@@ -1,0 +1,305 @@
+"""Warm starts from offline RL to online RL (issue 18), all SAC learners in one runner
+(``rlrobot.runners.warm_start.WarmStartRunner``, an ``OffPolicyRunner``):
+
+- ``wsrl`` (WSRL, Zhou et al. 2024): the actor, critics, target critics, observation normaliser and temperature of an
+  offline checkpoint (``--init``: an ``--algo cal-ql`` run, ideally pretrained with a REDQ ensemble of 10 LayerNorm
+  critics, ``--cal-ql.num-critics 10 --cal-ql.num-target-critics 2 --cal-ql.critic-layer-norm``); a warm-up of
+  ``wsrl.learning_starts`` env steps collected by that frozen policy with no gradient step; then SAC at high UTD on
+  the online replay only. The offline data are never loaded: the replay buffer holds online transitions only.
+- ``cal-ql-online`` ("keep the offline data"): the same init, then Cal-QL continued online: every batch half offline
+  (``--dataset``), half online, the conservative regulariser kept on the offline half (calibrated by its MC returns).
+- ``rlpd`` (RLPD, Ball et al. 2023): random init, every batch half offline / half online (symmetric sampling), a
+  LayerNorm critic ensemble (10, random target subset of 2, in its presets) at high UTD.
+- SAC from scratch is ``--algo sac`` with the same sizes (the presets in configs/ match them).
+
+The observation normaliser of a warm start is fixed: from the ``--init`` checkpoint (fitted on its dataset) or fitted
+once on ``--dataset`` (RLPD); the pretrained networks were fitted to those statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlrobot.algorithms.cal_ql import conservative_penalty
+from rlrobot.algorithms.registry import AlgorithmSpec, register_algorithm
+from rlrobot.algorithms.sac import SAC, SACConfig
+from rlrobot.algorithms.sft import DatasetInput
+
+WARM_START_RUNNER = "rlrobot.runners.warm_start:WarmStartRunner"
+SAC_FITTING_OFFLINE = ("cal-ql",)
+"""offline algorithms whose networks are SAC's (tanh-Gaussian actor, Q ensemble, target critics, normaliser)"""
+
+
+@dataclass
+class WarmStartInit:
+    init: str = ""
+    """offline checkpoint or run directory to start from: an --algo cal-ql run (or any algorithm whose actor and critics
+    fit SAC: cal-ql, or a SAC run)"""
+
+
+@dataclass
+class WarmStartConfig(SACConfig):
+    """SAC plus what a warm start adds; the subclasses below set the defaults of each method."""
+
+    def offline_batch(self) -> int:
+        """Transitions of each batch drawn from --dataset (the rest from the online replay buffer)."""
+        return int(round(self.batch_size * getattr(self, "offline_ratio", 0.0)))
+
+    def validate(self, run) -> None:
+        name = run.spec.config_field
+        online = self.batch_size - self.offline_batch()
+        # SAC's checks, with the online share of the batch the replay must hold at learning start
+        try:
+            SACConfig.validate(dataclasses.replace(self, batch_size=max(online, 1)), run)
+        except ValueError as e:
+            raise ValueError(str(e).replace("sac.", f"{name}.")) from None
+        ratio = getattr(self, "offline_ratio", None)
+        if ratio is not None and not 0.0 < ratio < 1.0:
+            raise ValueError(f"{name}.offline_ratio must be in (0, 1) (share of each batch from --dataset), got {ratio}")
+        if ratio is not None and self.n_step != 1:
+            raise ValueError(f"{name}.n_step must be 1 when batches mix in offline transitions, got {self.n_step}")
+        if ratio is not None and not getattr(run, "dataset", ""):
+            raise ValueError(f"algo={run.algo!r} mixes offline data into every batch: pass --dataset DIR (a LeRobotDataset "
+                             "with rewards, e.g. from `rlrobot collect --recipe noisy`)")
+        if hasattr(run, "init") and run.init in ("", "none") and not run.resume:
+            raise ValueError(f"algo={run.algo!r} starts from an offline checkpoint: pass --init RUN_DIR (an --algo "
+                             f"{' / '.join(SAC_FITTING_OFFLINE)} run); from scratch use --algo sac or --algo rlpd")
+        if len(run.policy.read_keys) > 1 and ratio is not None:
+            raise ValueError(f"algo={run.algo!r} mixes in offline data, which hold the state only; the policy reads "
+                             f"{run.policy.read_keys}")
+
+    def prepare(self, run) -> None:
+        if hasattr(run, "init") and run.init not in ("", "none"):
+            adopt_offline_init(run)
+        if getattr(run, "dataset", ""):
+            check_offline_dataset(run)
+
+
+@dataclass
+class WSRLConfig(WarmStartConfig):
+    utd: float = 4.0
+    """gradient updates per collected transition after the warm-up (WSRL: 4)"""
+    batch_size: int = 1024
+    """transitions per gradient update (WSRL: 1024), online data only"""
+    learning_starts: int = 5_000
+    """the warm-up: env steps collected by the frozen --init policy (no gradient step) before SAC starts (WSRL: 5,000)"""
+
+
+@dataclass
+class RLPDConfig(WarmStartConfig):
+    utd: float = 20.0
+    """gradient updates per collected transition (RLPD: up to 20)"""
+    batch_size: int = 256
+    """transitions per gradient update, offline_ratio of them from --dataset"""
+    learning_starts: int = 5_000
+    """transitions collected with uniform random actions before the first update"""
+    offline_ratio: float = 0.5
+    """share of each batch drawn from --dataset (RLPD's symmetric sampling: 0.5)"""
+
+
+@dataclass
+class CalQLOnlineConfig(WarmStartConfig):
+    utd: float = 1.0
+    """gradient updates per collected transition (Cal-QL fine-tuning: 1)"""
+    batch_size: int = 256
+    """transitions per gradient update, offline_ratio of them from --dataset"""
+    learning_starts: int = 1_000
+    """online transitions (collected by the --init policy) before the first update"""
+    offline_ratio: float = 0.5
+    """share of each batch drawn from --dataset (Cal-QL fine-tuning: 0.5)"""
+    cql_alpha: float | None = None
+    """weight of the conservative regulariser on the offline half (None: the --init run's cal_ql.cql_alpha)"""
+    cql_actions: int | None = None
+    """uniform and policy actions per state in the regulariser (None: the --init run's cal_ql.num_actions)"""
+    cql_temperature: float = 1.0
+    """temperature of the regulariser's log-sum-exp"""
+    calibrated: bool = True
+    """floor the policy actions' Q at the offline data's MC returns (Cal-QL; False: CQL)"""
+
+    def validate(self, run) -> None:
+        super().validate(run)
+        if self.cql_alpha is not None and self.cql_alpha < 0:
+            raise ValueError(f"cal_ql_online.cql_alpha must be >= 0, got {self.cql_alpha}")
+        if self.cql_actions is not None and self.cql_actions < 1:
+            raise ValueError(f"cal_ql_online.cql_actions must be >= 1, got {self.cql_actions}")
+        if self.cql_temperature <= 0:
+            raise ValueError(f"cal_ql_online.cql_temperature must be > 0, got {self.cql_temperature}")
+
+
+# ---------------------------------------------------------------------- --init: offline checkpoint -> SAC policy
+def init_source(saved: dict[str, Any]) -> str:
+    """'sac' for a SAC-kind run, else the offline algorithm's name; refuses what does not fit SAC's networks."""
+    from rlrobot.policies.registry import policy_kind_of
+
+    kind = policy_kind_of(saved)
+    algo = saved.get("train", {}).get("algo", "")
+    if kind == "sac":
+        return "sac"
+    if kind == "offline" and algo in SAC_FITTING_OFFLINE:
+        return algo
+    raise ValueError(f"init holds an {algo or kind!r} checkpoint; a warm start needs an actor and critics that fit SAC: "
+                     f"{', '.join(SAC_FITTING_OFFLINE)} (offline) or a sac run")
+
+
+def adopt_offline_init(run) -> None:
+    """The --init run's networks become this run's policy architecture (and its discount, target subset, actor
+    reduction and reward, which the pretrained critics were fitted to). Refuses another task or reward."""
+    from rlrobot.config import config_from_checkpoint
+    from rlrobot.policies.sac_policy import SACPolicyConfig
+    from rlrobot.runners.checkpoint import load_config
+
+    saved = load_config(run.init)
+    source = init_source(saved)
+    init = config_from_checkpoint(saved)
+    if init.task != run.task or init.control_mode != run.control_mode:
+        raise ValueError(f"init={run.init!r} was trained on task={init.task!r} control_mode={init.control_mode!r}; this "
+                         f"run has task={run.task!r} control_mode={run.control_mode!r}")
+    section = run.algorithm
+    if source == "sac":
+        run.policy = dataclasses.replace(init.policy)
+        section.gamma = init.sac.gamma
+        return
+    off = init.algorithm
+    trained_on = "success" if getattr(off, "reward", "dataset") == "success" else "dense"
+    if trained_on != ("success" if run.reward_mode == "sparse" else "dense"):
+        what = "sparse (success)" if trained_on == "success" else "dataset's dense"
+        raise ValueError(f"init={run.init!r} was pretrained on the {what} reward; this run has --reward-mode "
+                         f"{run.reward_mode} (pretrain with the same --reward-mode)")
+    run.policy = SACPolicyConfig(actor_hidden=tuple(off.hidden), critic_hidden=tuple(off.hidden), activation="relu",
+                                 normalize_obs=True, num_critics=off.num_critics, critic_layer_norm=off.critic_layer_norm,
+                                 obs_key="state", instruction_key="")
+    section.gamma = off.gamma
+    section.num_target_critics = off.num_target_critics
+    section.actor_q = off.actor_q
+    if isinstance(section, CalQLOnlineConfig):
+        if section.cql_alpha is None:
+            section.cql_alpha = off.cql_alpha
+        if section.cql_actions is None:
+            section.cql_actions = off.num_actions
+
+
+def check_offline_dataset(run) -> None:
+    """--dataset of another task or control mode refused from its metadata (shapes are checked when it is loaded)."""
+    from rlrobot.data.transitions import check_dataset
+
+    check_dataset(run.dataset, obs_shapes={}, action_dim=_action_dim_of(run.dataset), task=run.task,
+                  control_mode=run.control_mode)
+
+
+def _action_dim_of(dataset: str) -> int:
+    from rlrobot.data.transitions import action_feature, dataset_meta
+
+    info, _ = dataset_meta(dataset)
+    features = info.get("features", {})
+    return int(features.get(action_feature(features), {}).get("shape", [0])[0])
+
+
+def sac_weights_from_offline(weights: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """An offline checkpoint's weights under SACPolicy's names (Cal-QL: networks.{obs_norm,actor,critic,critic_target})."""
+    if source == "sac":
+        return dict(weights)
+    names = {"networks.obs_norm.": "normalizer.", "networks.actor.": "actor.", "networks.critic.": "critic.",
+             "networks.critic_target.": "critic_target."}
+    out = {}
+    for key, value in weights.items():
+        for old, new in names.items():
+            if key.startswith(old):
+                out[new + key[len(old):]] = value
+                break
+    return out
+
+
+# ---------------------------------------------------------------------- the learner
+class WarmStartSAC(SAC):
+    """SAC on batches that may start with ``batch["offline_count"]`` offline transitions; with a conservative weight
+    (``cal-ql-online``) CQL(H)'s regulariser, floored at the offline MC returns (Cal-QL), is added to the critic loss
+    on those rows. Without one, exactly SAC's update."""
+
+    def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+        alpha = getattr(self.cfg, "cql_alpha", None) or 0.0
+        if alpha <= 0 or not batch.get("offline_count"):
+            return super().update(batch, generator)
+        return self._update_with_cql(batch, generator, alpha)
+
+    def conservative_loss(self, x: torch.Tensor, q: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        """alpha x CQL(H) on the first ``offline_count`` rows, per critic, summed over critics (as cal_ql.CalQL)."""
+        cfg, policy, k = self.cfg, self.policy, self.cfg.cql_actions or 4
+        n = int(batch["offline_count"])
+        s = x[:n]
+        with torch.no_grad():  # the regulariser trains the critics only
+            s_next = policy.features({key: v[:n] for key, v in batch["next_obs"].items()})
+            a_pi, logp_pi = policy.actor.sample(s.repeat_interleave(k, 0))
+            a_next, logp_next = policy.actor.sample(s_next.repeat_interleave(k, 0))
+        a_rand = torch.rand((n * k, policy.action_dim), device=s.device, generator=self._cql_generator) * 2.0 - 1.0
+        actions = torch.cat([a_rand.view(n, k, -1), a_pi.view(n, k, -1), a_next.view(n, k, -1)], 1)
+        q_all = policy.critic(s.repeat_interleave(3 * k, 0), actions.reshape(n * 3 * k, -1)).view(-1, n, 3 * k)
+        q_rand, q_pi, q_next = q_all.split(k, dim=-1)
+        penalty = conservative_penalty(q[:, :n], q_rand, q_pi, logp_pi.view(n, k), q_next, logp_next.view(n, k),
+                                       policy.action_dim, cfg.cql_temperature,
+                                       batch["mc_returns"] if cfg.calibrated else None)
+        return cfg.cql_alpha * penalty.mean(1).sum()
+
+    def _update_with_cql(self, batch: dict[str, Any], generator: torch.Generator | None, alpha: float) -> dict[str, float]:
+        """SAC.update with the conservative term in the critic loss (same order of random draws otherwise)."""
+        cfg, policy = self.cfg, self.policy
+        self._cql_generator = generator
+        x = policy.features(batch["obs"])
+        next_x = policy.features(batch["next_obs"])
+        with torch.no_grad():
+            next_action, next_log_prob = policy.actor.sample(next_x)
+            next_q = self._target_q(policy.critic_target(next_x, next_action), generator)
+            target = batch["rewards"] + batch["discount"] * (next_q - self.alpha * next_log_prob)
+        q = policy.critic(x, batch["actions"])
+        td_loss = (q - target).square().mean(1).sum()
+        cql_loss = self.conservative_loss(x, q, batch)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        (td_loss + cql_loss).backward()
+        self._reduce_gradients(policy.critic.parameters())
+        if cfg.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
+        self.critic_optimizer.step()
+        stats = {"critic_loss": td_loss.detach(), "cql_loss": cql_loss.detach(), "q_mean": q.detach().mean()}
+        if self.num_updates % cfg.actor_update_every == 0:
+            policy.critic.requires_grad_(False)
+            action, log_prob = policy.actor.sample(x.detach())
+            q_pi = policy.critic(x.detach(), action)
+            q_pi = q_pi.min(0).values if cfg.actor_q == "min" else q_pi.mean(0)
+            actor_loss = (self.alpha * log_prob - q_pi).mean()
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self._reduce_gradients(policy.actor.parameters())
+            if cfg.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(policy.actor.parameters(), cfg.max_grad_norm)
+            self.actor_optimizer.step()
+            policy.critic.requires_grad_(True)
+            stats["actor_loss"], stats["entropy"] = actor_loss.detach(), -log_prob.detach().mean()
+            if cfg.autotune_alpha:
+                alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+                self.alpha_optimizer.zero_grad(set_to_none=True)
+                alpha_loss.backward()
+                self._reduce_gradients([self.log_alpha])
+                self.alpha_optimizer.step()
+                stats["alpha_loss"] = alpha_loss.detach()
+        with torch.no_grad():
+            torch._foreach_lerp_(list(policy.critic_target.parameters()), list(policy.critic.parameters()), cfg.tau)
+        self.num_updates += 1
+        stats["alpha"] = self.alpha
+        return stats
+
+
+register_algorithm(AlgorithmSpec(
+    name="wsrl", summary="WSRL: SAC from an offline checkpoint (--init), a warm-up with the frozen policy, then online "
+    "data only", config_field="wsrl", config=WSRLConfig, policy_kind="sac", runner=WARM_START_RUNNER,
+    run_fields=(WarmStartInit,)))
+register_algorithm(AlgorithmSpec(
+    name="rlpd", summary="RLPD: SAC from scratch, each batch half offline (--dataset) / half online, LayerNorm ensemble",
+    config_field="rlpd", config=RLPDConfig, policy_kind="sac", runner=WARM_START_RUNNER, run_fields=(DatasetInput,)))
+register_algorithm(AlgorithmSpec(
+    name="cal-ql-online", summary="Cal-QL fine-tuned online from --init, the offline data (--dataset) kept in every "
+    "batch with the conservative regulariser", config_field="cal_ql_online", config=CalQLOnlineConfig, policy_kind="sac",
+    runner=WARM_START_RUNNER, run_fields=(WarmStartInit, DatasetInput)))
