@@ -40,6 +40,12 @@ class FlowSRPOConfig(FlowPPOConfig):
     encoder: str = ""
     """per-frame features of the trajectory embedding: '' = the standardised state | prm:PATH = that progress model's
     encoder"""
+    lr: float = 1e-5
+    """policy learning rate (measured on so101-reach from a 5-demo SFT checkpoint: 1e-4, flow-policy PPO's default,
+    collapsed the policy in its first update (KL 28, eval success 0.66 -> 0) for flow-srpo and flow-noise alike;
+    1e-5 improved it)"""
+    lr_max: float = 1e-5
+    """upper bound of the adaptive lr (the lr may only fall below lr)"""
     value_coef: float = 0.0
     """no critic: the advantages are SRPO's group-normalised episode rewards"""
     normalize_advantages: bool = False
