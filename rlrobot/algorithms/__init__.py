@@ -15,7 +15,6 @@ __all__ = ["FLOW_VARIANTS", "PPO", "SAC", "AlgorithmConfig", "AlgorithmSpec", "D
 # the LeRobot VLA algorithms (vla-sft, vla-flow-noise, vla-flow-sde) live beside their adapters; last, as they build on
 # flow_ppo and sft
 from rlrobot.policies.vla import algorithms as _vla_algorithms  # noqa: E402, F401
-from . import wsrl  # noqa: E402, F401  (warm starts: wsrl, rlpd, cal-ql-online; issue 18)
 
-# the process reward model (issue 20): trained by `rlrobot train --algo prm`, a reward model rather than a policy
-from . import prm  # noqa: E402, F401
+# warm starts (wsrl, rlpd, cal-ql-online; issue 18) and the process reward model (prm, issue 20)
+from . import prm, wsrl  # noqa: E402, F401
