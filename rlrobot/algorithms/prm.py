@@ -44,7 +44,7 @@ class PRMConfig(AlgorithmConfig):
     """share of pairs reversed (j -> i: negative delta)"""
     repeated_share: float = 0.1
     """share of pairs of one frame twice (delta 0)"""
-    mismatched_share: float = 0.15
+    mismatched_share: float = 0.2
     """share of pairs (and done frames) shown another instruction of the data (delta 0, done 0)"""
     done_weight: float = 0.5
     """weight of the completion model's loss"""
@@ -134,6 +134,26 @@ class PRMLearner:
                 totals[k] = totals.get(k, 0.0) + float(v.detach())
         self.model.eval()
         return {**{k: v / max(n, 1) for k, v in totals.items()}, "lr": self.lr()}
+
+    @torch.no_grad()
+    def calibrate_done_threshold(self, max_frames: int = 20_000, seed: int = 0) -> dict[str, float]:
+        """The done threshold with the best F1 on (up to ``max_frames``) training frames, set on the model (the
+        held-out data is never looked at)."""
+        data = self.data
+        gen = torch.Generator(device=data.device).manual_seed(seed)
+        idx = torch.randperm(len(data), generator=gen, device=data.device)[:max_frames]
+        probs = torch.cat([torch.sigmoid(self.model.done_logits(data.frames(chunk), data.embedding(chunk)))
+                           for chunk in idx.split(4096)])
+        labels = data.done[idx]
+        best = (-1.0, 0.5)
+        for threshold in torch.linspace(0.05, 0.95, 19).tolist():
+            pred = probs > threshold
+            tp = float((pred & labels).sum())
+            f1 = 2 * tp / max(2 * tp + float((pred & ~labels).sum()) + float((~pred & labels).sum()), 1e-9)
+            best = max(best, (f1, round(threshold, 2)))
+        self.model.done_threshold = best[1]
+        self.model.cfg.done_threshold = best[1]
+        return {"done_threshold": best[1], "train_done_f1": best[0]}
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}

@@ -13,9 +13,9 @@ measure, e.g. the suite's 0.9 * (subtasks done + progress in the current one) / 
 - failed episodes: the task's dense progress relative to the first frame, clip((phi_i - phi_0) / (1 - phi_0), 0, 1)
   with phi_i = ``next.reward`` of frame i - 1 (phi_0 = that of frame 0), so a failure that got the object halfway is
   labelled about halfway. A dataset without ``next.reward`` labels its failures 0.
-- VLAC's filter: an episode whose labels do not rise with time (Spearman(progress, frame index) below
-  ``min_time_correlation``, or constant labels: random flailing) trains no progress pairs; its frames still train the
-  completion model.
+- VLAC's filter: an episode whose labels move but do not rise with time (Spearman(progress, frame index) below
+  ``min_time_correlation``) trains no progress pairs; its frames still train the completion model. A failure whose
+  labels stay flat (within ``flat_tolerance``: random flailing, no progress) is kept, as zero-progress pairs.
 
 Pairs (``sample_pairs``): a frame j, an earlier frame i of the same episode (skip 1..max_skip, or the episode's first
 frame), label ``relative_delta(p_i, p_j)`` (the delta the VLAC value update turns back into p_j); a share of them
@@ -123,7 +123,7 @@ def _family(task: str | None) -> str:
 def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[str, tuple[int, ...]],
                        min_time_correlation: float = 0.5, device: torch.device | str = "cpu",
                        exclude_families: tuple[str, ...] = (), only_families: tuple[str, ...] = (),
-                       max_episodes: int = 0) -> ProgressData:
+                       max_episodes: int = 0, flat_tolerance: float = 0.05) -> ProgressData:
     """Read and label the datasets of ``spec`` (``DIR[,DIR...]``). Refuses (one line naming the feature) a dataset
     without an observation the PRM reads, or with another shape. ``exclude_families`` / ``only_families`` select
     datasets by the suite family of the task they were collected on (``meta/rlrobot.json``)."""
@@ -171,7 +171,11 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
             rows = np.nonzero(ep == e)[0]
             p, d, ok = label_episode(success[rows], None if reward is None else reward[rows])
             corr = spearman(p, np.arange(len(p))) if len(p) > 2 else float("nan")
-            keep = bool(np.isfinite(corr) and corr >= min_time_correlation)
+            # a failure that made no progress at all (flat labels, e.g. random flailing) is kept: its pairs teach
+            # "moving without progress is 0" (VLAC's stagnation negatives); only episodes whose labels move without
+            # rising with time are filtered out
+            flat = not ok and float(p.max() - p.min()) < flat_tolerance
+            keep = bool(flat or (np.isfinite(corr) and corr >= min_time_correlation))
             for key in obs_keys:
                 values = frames[obs_feature(key)][rows]
                 obs[key].append(values if key == "state" else values.transpose(0, 3, 1, 2))

@@ -75,7 +75,7 @@ class PRMNetConfig:
     conv_channels: tuple[int, ...] = (16, 32, 32)
     """image encoder: stride-2 3x3 convs (a small net trained here), then a linear layer to embed_dim"""
     done_threshold: float = 0.5
-    """done_prob above this is done"""
+    """done_prob above this is done (``rlrobot train --algo prm`` sets it at the end to the best F1 on training frames)"""
 
     def validate(self, run=None) -> None:
         if not self.obs_keys:

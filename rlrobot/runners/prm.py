@@ -72,6 +72,10 @@ class PRMRunner(Runner):
         with self.all_cores():
             stats = self.algo.update(n, self.generator)
         out = {f"loss/{k}": v for k, v in stats.items()}
+        if self.algo.updates >= section.num_updates:  # the last iteration: the done threshold the checkpoint keeps
+            calibration = self.algo.calibrate_done_threshold(seed=self.cfg.seed)
+            self.meta["prm"]["net"]["done_threshold"] = calibration["done_threshold"]
+            out.update({f"done/{k}": v for k, v in calibration.items()})
         out["perf/updates_per_s"] = n / max(time.perf_counter() - start, 1e-9)
         return out
 
