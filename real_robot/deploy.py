@@ -120,6 +120,8 @@ class DeployArgs:
             from rlrobot.rewards.prm_reward import check_prm_path
 
             check_prm_path(self.reward[4:], "reward")
+        if self.executor.rtc.enabled and self.server is not None:  # the protocol does not carry the leftover (yet)
+            raise ValueError("executor.rtc.enabled needs the policy in this process (--checkpoint), not --server")
         if self.tls_ca is not None:
             if self.server is None or not self.server.startswith("wss://"):
                 raise ValueError("tls_ca is for a wss:// --server (TLS)")

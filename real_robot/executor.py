@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rlrobot.policies.rtc import RTCConfig, RTCRequest
+
 from .bridge import TaskBridge
 from .safety import SafetyLatched, SafetySupervisor
 from .stats import RunningStats
@@ -45,12 +47,19 @@ class ExecutorConfig:
     """ACT's m: weight exp(-m i) for the i-th oldest prediction of a step"""
     realtime: bool = True
     """keep the robot's control rate with the wall clock (False: as fast as the robot and policy allow)"""
+    rtc: RTCConfig = field(default_factory=RTCConfig)
+    """real-time chunking (open_loop only): each new chunk is requested every rtc.execution_horizon steps and generated
+    guided towards the current chunk's unexecuted leftover; it takes over at the step it was requested for"""
 
     def __post_init__(self):
         if self.mode not in EXECUTION_MODES:
             raise ValueError(f"executor.mode={self.mode!r} is not one of {EXECUTION_MODES}")
         if not (math.isfinite(self.ensemble_decay) and self.ensemble_decay >= 0):
             raise ValueError(f"executor.ensemble_decay={self.ensemble_decay!r} must be a finite number >= 0")
+        self.rtc.validate()
+        if self.rtc.enabled and self.mode != "open_loop":
+            raise ValueError(f"executor.rtc.enabled needs executor.mode='open_loop' (got {self.mode!r}): RTC splices "
+                             f"each new chunk into the executed one instead of averaging them")
 
 
 class ControlLoopFault(RuntimeError):
@@ -58,6 +67,10 @@ class ControlLoopFault(RuntimeError):
 
 
 MAX_CHUNK = 1024
+
+
+def _mean_max(values: list[float]) -> dict[str, float]:
+    return {"count": len(values), "mean": float(np.mean(values)), "max": float(np.max(values))} if values else {"count": 0}
 
 
 class InferenceWorker:
@@ -78,10 +91,10 @@ class InferenceWorker:
             item = self._requests.get()
             if item is None:
                 return
-            step, obs = item
+            step, obs, rtc = item
             start = time.perf_counter()
             try:
-                chunk = self.source.infer(obs)
+                chunk = self.source.infer(obs) if rtc is None else self.source.infer(obs, rtc=rtc)
                 self.round_trips.append(time.perf_counter() - start)
                 self.results.put((step, chunk, None))
             except Exception as e:  # server gone, timeout, bad reply: the executor holds and the watchdog counts
@@ -90,11 +103,11 @@ class InferenceWorker:
                     log.warning("inference failed (%d so far): %s: %s", self.failures, type(e).__name__, e)
                 self.results.put((step, None, e))
 
-    def submit(self, step: int, obs: dict[str, np.ndarray]) -> bool:
+    def submit(self, step: int, obs: dict[str, np.ndarray], rtc: RTCRequest | None = None) -> bool:
         if self.busy:
             return False
         self.busy = True
-        self._requests.put((step, obs))
+        self._requests.put((step, obs, rtc))
         return True
 
     def poll(self, timeout: float | None = None):
@@ -137,6 +150,12 @@ class EpisodeResult:
     jitter: dict[str, float] = field(default_factory=dict)
     interventions: dict[str, int] = field(default_factory=dict)
     first_hold_after_last_chunk_s: float | None = None
+    chunk_gap: dict[str, float] = field(default_factory=dict)
+    """per new chunk that had a previous one: mean |a_new[0] - a_prev_leftover[0]| over action dims, the two plans'
+    disagreement at the step the new chunk was requested for (what RTC's frozen prefix removes)"""
+    switch_jump: dict[str, float] = field(default_factory=dict)
+    """per new chunk that took over from a previous one: mean |a_new[k] - a_prev[k]| at the first step it was
+    executed, the jump the robot sees at the splice"""
 
 
 class ChunkExecutor:
@@ -151,6 +170,17 @@ class ChunkExecutor:
         self.max_chunk = int(metadata.get("chunk_size") or MAX_CHUNK)
         self.round_trips = self.worker.round_trips
         self.jitter = RunningStats(scale=1e3)  # ms, over every episode, bounded
+        self._gaps: list[float] = []  # this episode's plan discontinuities (chunk_gap, switch_jump)
+        self._jumps: list[float] = []
+        self._last_plan: tuple[int, np.ndarray] | None = None  # the newest chunk taken, even after it ran out
+        self.rtc_horizon = 0
+        if self.cfg.rtc.enabled:
+            if not getattr(source, "supports_rtc", False):
+                raise ValueError("executor.rtc.enabled needs a flow (chunk) policy run in this process (--checkpoint): "
+                                 "this policy source cannot take the previous chunk's leftover")
+            self.rtc_horizon = self.cfg.rtc.horizon_for(self.max_chunk, int(metadata.get("execute_steps") or 0))
+            if hasattr(source, "warm_up_rtc"):  # autograd's first backward must not run inside the control loop
+                source.warm_up_rtc()
 
     def _pick(self, chunks: list[tuple[int, np.ndarray]], t: int) -> np.ndarray | None:
         covering = [(start, chunk[t - start]) for start, chunk in chunks if start <= t < start + len(chunk)]
@@ -166,7 +196,20 @@ class ChunkExecutor:
         if self.cfg.mode == "ensemble" or not chunks:
             return True
         start, chunk = chunks[-1]
+        if self.rtc_horizon and t - start >= self.rtc_horizon:  # RTC: a new chunk every s steps, guided by the leftover
+            return True
         return start + len(chunk) - t <= latency_steps  # re-plan so that the next chunk lands before this one ends
+
+    def _rtc_request(self, chunks: list[tuple[int, np.ndarray]], t: int, median_rt: float) -> RTCRequest | None:
+        """The newest chunk's actions from step t on, and d (configured, or the measured latency in control steps)."""
+        if not self.rtc_horizon or not chunks:
+            return None
+        start, chunk = chunks[-1]
+        if not start <= t < start + len(chunk):
+            return None
+        rtc = self.cfg.rtc
+        delay = rtc.inference_delay if rtc.inference_delay >= 0 else math.ceil(median_rt / self.dt)
+        return RTCRequest(chunk[t - start:].copy(), int(delay), rtc)
 
     def validate_chunk(self, raw) -> tuple[np.ndarray | None, str]:
         """(chunk [k, action_dim] float32, "") for a usable raw policy answer, else (None, why)."""
@@ -197,6 +240,13 @@ class ChunkExecutor:
         if step + len(chunk) <= t:  # every action of it is in the past
             result.late_chunks += 1
             return last_fresh
+        if self._last_plan is not None:  # how far the new plan is from the one it replaces (reported; RTC: small)
+            prev_start, prev = self._last_plan
+            if prev_start <= step < prev_start + len(prev):
+                self._gaps.append(float(np.abs(chunk[0] - prev[step - prev_start]).mean()))
+            if prev_start <= t < prev_start + len(prev) and step <= t:
+                self._jumps.append(float(np.abs(chunk[t - step] - prev[t - prev_start]).mean()))
+        self._last_plan = (step, chunk)
         chunks.append((step, chunk))
         result.fresh_chunks += 1
         return time.monotonic()
@@ -227,6 +277,7 @@ class ChunkExecutor:
             return result
         interventions_before, failures_before = dict(sup.interventions), worker.failures
         episode_round_trips, episode_jitter = RunningStats(), RunningStats(scale=1e3)  # worker round trips are in ms
+        self._gaps, self._jumps, self._last_plan = [], [], None
         try:
             self._loop(max_steps, instruction, result, episode_round_trips, episode_jitter)
         except SafetyLatched:  # the e-stop arrived between the top of the tick and a command write
@@ -243,6 +294,7 @@ class ChunkExecutor:
         result.inference_failures = worker.failures - failures_before
         result.round_trip = episode_round_trips.summary()
         result.jitter = episode_jitter.summary()
+        result.chunk_gap, result.switch_jump = _mean_max(self._gaps), _mean_max(self._jumps)
         result.interventions = {k: v - interventions_before.get(k, 0) for k, v in sup.interventions.items()
                                 if v - interventions_before.get(k, 0) > 0}
         if hasattr(self.robot, "success"):
@@ -278,7 +330,7 @@ class ChunkExecutor:
             recent = worker.round_trips.last(20)
             median_rt = float(np.median(recent)) / 1e3 if recent else 0.0
             if not worker.busy and self._needs_request(chunks, t, 1 + math.ceil(median_rt / self.dt)):
-                worker.submit(t, obs)
+                worker.submit(t, obs, self._rtc_request(chunks, t, median_rt))
             action = self._pick(chunks, t)
             if action is None and worker.busy:  # the action for this tick is being computed: wait for it, briefly
                 deadline = (next_tick + 0.8 * self.dt) if cfg.realtime else (time.monotonic() + sup.cfg.watchdog_s)

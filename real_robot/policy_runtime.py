@@ -10,6 +10,7 @@ import torch
 
 from rlrobot.config import config_from_checkpoint
 from rlrobot.policies.registry import build_policy, policy_kind_of
+from rlrobot.policies.rtc import RTCConfig, RTCRequest
 from rlrobot.runners.checkpoint import load_checkpoint
 
 from .protocol import ProtocolError
@@ -63,9 +64,43 @@ class LoadedPolicy:
             out[key] = value.reshape(1, *shape)
         return out
 
-    def infer(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """Action chunk [chunk, action_dim] float32 (what the executor calls, like PolicyClient.infer)."""
+    @property
+    def supports_rtc(self) -> bool:
+        """Real-time chunking needs a flow policy (guided denoising through its velocity network)."""
+        return self.chunked and hasattr(self.policy, "step_velocity") and hasattr(self.policy, "encode")
+
+    def infer(self, obs: dict[str, np.ndarray], rtc: RTCRequest | None = None) -> np.ndarray:
+        """Action chunk [chunk, action_dim] float32 (what the executor calls, like PolicyClient.infer); ``rtc``: guide
+        it towards the previous chunk's leftover (real-time chunking, policies/rtc.py)."""
+        if rtc is not None:
+            return self.infer_rtc(obs, rtc)[0]
         return self.infer_timed(obs)[0]
+
+    def infer_rtc(self, obs: dict[str, np.ndarray], rtc: RTCRequest) -> tuple[np.ndarray, float]:
+        """(RTC-guided actions [chunk, action_dim] float32, inference seconds). Not under inference_mode: the guidance
+        differentiates the velocity network with respect to x_t (no parameter gets a gradient)."""
+        from rlrobot.policies.rtc import rtc_sample
+
+        if not self.supports_rtc:
+            raise ValueError(f"real-time chunking needs a flow (chunk) policy; this checkpoint is a "
+                             f"{self.metadata['policy_kind']!r} policy")
+        batch = self.check_observation(obs)
+        leftover = np.asarray(rtc.leftover, np.float32).reshape(1, -1, self.metadata["action_dim"])
+        start = time.perf_counter()
+        tensors = {k: torch.from_numpy(np.array(v, np.float32)).to(self.device) for k, v in batch.items()}
+        chunk = rtc_sample(self.policy, tensors, torch.from_numpy(leftover).to(self.device), rtc.inference_delay, rtc.cfg)
+        result = chunk[0].float().cpu().numpy()
+        elapsed = time.perf_counter() - start
+        self.latencies.append(elapsed)
+        return result, elapsed
+
+    def warm_up_rtc(self) -> None:
+        """One guided chunk on a zero observation: the first backward pass of a process initialises autograd (~1 s on
+        a loaded CPU), which must not land in the control loop (the watchdog would disable the arm)."""
+        obs = {k: np.zeros(self.metadata["observation_space"][k], np.float32) for k in self.obs_keys}
+        leftover = np.zeros((self.metadata["chunk_size"], self.metadata["action_dim"]), np.float32)
+        self.infer_rtc(obs, RTCRequest(leftover, 1, RTCConfig()))
+        self.latencies = RunningStats(scale=1e3)  # the warm-up is not an inference of the run
 
     @torch.inference_mode()
     def infer_timed(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, float]:
