@@ -1,0 +1,129 @@
+"""Token-level PPO for an autoregressive VLA (VLA-RL, Lu et al. 2025) over pi0-FAST's action tokens.
+
+One PPO sample is one action chunk: the policy decodes a token sequence per env (batched over envs), the FAST tokenizer
+turns it into a chunk, the env executes the whole chunk (reward = the sum of its step rewards; a chunk in which the
+episode ended is terminal). Advantages are GAE over chunks with the value head on the VLM. The loss is PPO's clipped
+surrogate *per token*: every token's ratio exp(log pi(a_t | prefix) - log pi_old(a_t | prefix)) is clipped and weighted
+by its chunk's advantage, averaged over the real tokens (up to and including <eos>); old log-probs come from the
+decoding pass, so at unchanged weights the first minibatch's ratios are 1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .pi0_fast import TokenVLAPolicy
+
+
+@dataclass
+class TokenPPOConfig:
+    rollout_chunks: int = 4
+    """chunks per env per iteration"""
+    epochs: int = 2
+    num_minibatches: int = 2
+    learning_rate: float = 1e-4
+    value_learning_rate: float = 1e-3
+    clip: float = 0.2
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    gamma: float = 0.99
+    """discount per chunk"""
+    gae_lambda: float = 0.95
+
+    def validate(self) -> None:
+        for name in ("rollout_chunks", "epochs", "num_minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"token_ppo.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("learning_rate", "value_learning_rate", "clip", "max_grad_norm"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"token_ppo.{name} must be a finite number > 0, got {value}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"token_ppo.{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+def collect(env, policy: TokenVLAPolicy, obs: dict[str, torch.Tensor], cfg: TokenPPOConfig,
+            generator: torch.Generator | None = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``cfg.rollout_chunks`` chunks from every env: (batch with obs / tokens / mask / old log-probs / advantages /
+    returns, each [N = chunks * envs, ...], the next observation)."""
+    keys = ("state",) + (("image_front",) if "image_front" in obs else ())
+    steps: list[dict[str, Any]] = []
+    for _ in range(cfg.rollout_chunks):
+        current = {k: obs[k] for k in keys}
+        tokens, logp, mask = policy.sample(current, generator=generator)
+        with torch.no_grad():
+            value = policy.value(current)
+        chunk = policy.actions(tokens, mask).clamp(-1.0, 1.0)
+        reward = torch.zeros(len(tokens))
+        done = torch.zeros(len(tokens), dtype=torch.bool)
+        for h in range(chunk.shape[1]):
+            obs, r, terminated, truncated, _ = env.step(chunk[:, h])
+            reward += torch.where(done, torch.zeros_like(r), r.float())  # steps of a new episode are not credited
+            done |= terminated.bool() | truncated.bool()
+        steps.append({"obs": current, "tokens": tokens, "logp": logp, "mask": mask, "value": value, "reward": reward,
+                      "done": done})
+    with torch.no_grad():
+        next_value = policy.value({k: obs[k] for k in keys})
+    advantages, last = [], torch.zeros_like(next_value)
+    for i in reversed(range(len(steps))):
+        s = steps[i]
+        following = next_value if i == len(steps) - 1 else steps[i + 1]["value"]
+        nonterminal = (~s["done"]).float()
+        delta = s["reward"] + cfg.gamma * following * nonterminal - s["value"]
+        last = delta + cfg.gamma * cfg.gae_lambda * nonterminal * last
+        advantages.insert(0, last)
+    adv = torch.cat(advantages)
+    batch = {"obs": {k: torch.cat([s["obs"][k] for s in steps]) for k in keys},
+             **{k: torch.cat([s[k] for s in steps]) for k in ("tokens", "logp", "mask", "value", "reward")},
+             "advantages": adv}
+    batch["returns"] = adv + batch["value"]
+    return batch, obs
+
+
+class TokenPPO:
+    def __init__(self, policy: TokenVLAPolicy, cfg: TokenPPOConfig):
+        cfg.validate()
+        self.policy, self.cfg = policy, cfg
+        self.optimizer = torch.optim.Adam([
+            {"params": policy.policy_parameters(), "lr": cfg.learning_rate},
+            {"params": list(policy.value_head.parameters()), "lr": cfg.value_learning_rate}])
+
+    def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+        """PPO epochs over the batch; returns the losses and the first minibatch's max |ratio - 1|."""
+        cfg, n = self.cfg, len(batch["tokens"])
+        adv = batch["advantages"]
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8) if n > 1 else adv
+        size = max(1, n // cfg.num_minibatches)
+        stats: dict[str, float] = {}
+        first = True
+        for _ in range(cfg.epochs):
+            order = torch.randperm(n, generator=generator)
+            for start in range(0, n - size + 1, size):
+                idx = order[start:start + size]
+                obs = {k: v[idx] for k, v in batch["obs"].items()}
+                mask = batch["mask"][idx]
+                logp, entropy, value = self.policy.token_log_probs(obs, batch["tokens"][idx], mask)
+                ratio = torch.exp(logp - batch["logp"][idx])
+                a = adv[idx][:, None]
+                surrogate = torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * a)
+                tokens = mask.sum().clamp_min(1.0)
+                policy_loss = -(surrogate * mask).sum() / tokens
+                entropy_mean = entropy.sum() / tokens
+                value_loss = (value - batch["returns"][idx]).square().mean()
+                loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy_mean
+                self.optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                if first:
+                    stats["first_ratio_max_dev"] = float(((ratio.detach() - 1).abs() * mask).max())
+                    first = False
+                stats.update(policy_loss=float(policy_loss), value_loss=float(value_loss), entropy=float(entropy_mean),
+                             clip_frac=float((((ratio - 1).abs() > cfg.clip).float() * mask).sum() / tokens))
+        return stats

@@ -1,0 +1,89 @@
+"""Token-level PPO (VLA-RL) on a tiny random LeRobot pi0-FAST built offline, its FAST tokenizer fitted on the scripted
+expert's so101-lift actions: per-token log-probs against an independent autoregressive evaluation, batch decoding,
+first-minibatch ratio 1, parameters move. Needs the ``vla`` extra (.ci/run runs these in the Python 3.12 venv)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+pytest.importorskip("lerobot", reason="lerobot is not installed (the vla extra, Python >= 3.12; .ci/run runs these in .venv-vla)")
+
+import rlrobot  # noqa: E402
+from rlrobot.policies.vla.pi0_fast import build_tiny_pi0_fast, load_pi0_fast  # noqa: E402
+from rlrobot.policies.vla.token_ppo import TokenPPO, TokenPPOConfig, collect  # noqa: E402
+
+from .test_fast_tokenizer import expert_chunks  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fast_dir(tmp_path_factory):
+    torch.set_num_threads(1)
+    env = rlrobot.make("so101-lift", 1, control_mode="ee_delta")
+    state_dim = int(env.single_observation_space["state"].shape[0])
+    env.close()
+    return build_tiny_pi0_fast(tmp_path_factory.mktemp("pi0fast") / "tiny", state_dim, expert_chunks(envs=2, steps=40),
+                               "lift the cube", max_action_tokens=12, fast_vocab=96, seed=0)
+
+
+def test_per_token_log_probs_sum_to_the_sequence_log_prob(fast_dir):
+    torch.manual_seed(0)
+    policy = load_pi0_fast(fast_dir)
+    obs = {"state": torch.randn(3, policy.state_dim)}
+    tokens, logp, mask = policy.sample(obs, generator=torch.Generator().manual_seed(1))
+    assert tokens.shape == (3, 12) and bool((mask[:, 0] == 1).all())
+    teacher, entropy, value = policy.token_log_probs(obs, tokens, mask)
+    # independent: the sequence log-prob token by token, each from its own forward over the prefix so far
+    independent = torch.zeros(3)
+    with torch.no_grad():
+        for t in range(tokens.shape[1]):
+            hidden, _ = policy._forward(obs, tokens[:, :t])
+            step = torch.log_softmax(policy._logits(hidden[:, -1]), -1).gather(1, tokens[:, t:t + 1]).squeeze(1)
+            independent += step * mask[:, t]
+    assert torch.allclose(teacher.sum(1), independent, atol=1e-4)
+    assert torch.allclose(teacher, logp, atol=1e-4) and bool((teacher[mask == 0] == 0).all())
+    assert value.shape == (3,) and bool((entropy >= 0).all())
+    # a sequence ends at its first <eos>; greedy decoding is deterministic; every sequence decodes to a chunk
+    for row, m in zip(tokens, mask, strict=True):
+        n = int(m.sum())
+        assert bool((row[:n - 1] < policy.n_actions).all())
+        assert n == 12 or int(row[n - 1]) == policy.n_actions
+    g1, _, m1 = policy.sample(obs, greedy=True)
+    g2, _, _ = policy.sample(obs, greedy=True)
+    assert torch.equal(g1, g2)
+    assert policy.actions(g1, m1).shape == (3, 5, 5)
+    # demonstrations round-trip through the VLM's vocabulary mapping
+    demo = torch.as_tensor(expert_chunks(envs=1, steps=8)[:2], dtype=torch.float32)
+    demo_tokens, demo_mask = policy.encode_actions(demo)
+    assert np.abs(policy.actions(demo_tokens, demo_mask).numpy() - np.clip(demo.numpy(), policy.fast.low, policy.fast.high)
+                  ).max() <= policy.fast.error_bound().max() + 1e-6
+
+
+def test_token_ppo_iteration_on_so101_lift(fast_dir):
+    torch.manual_seed(0)
+    policy = load_pi0_fast(fast_dir)
+    env = rlrobot.make("so101-lift", 2, control_mode="ee_delta", seed=0)
+    obs, _ = env.reset(seed=0)
+    cfg = TokenPPOConfig(rollout_chunks=2, epochs=1, num_minibatches=2, learning_rate=1e-3)
+    learner = TokenPPO(policy, cfg)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    batch, obs = collect(env, policy, obs, cfg, generator=torch.Generator().manual_seed(0))
+    env.close()
+    assert batch["tokens"].shape[0] == 4 and batch["returns"].shape == (4,)
+    stats = learner.update(batch, generator=torch.Generator().manual_seed(0))
+    assert stats["first_ratio_max_dev"] < 1e-4
+    moved = [n for n, p in policy.named_parameters() if not torch.equal(before[n], p)]
+    assert any(n.startswith("value_head") for n in moved)
+    assert any("language_model" in n for n in moved)  # the VLM itself is trained through the token log-probs
+    with pytest.raises(ValueError, match="token_ppo.clip"):
+        TokenPPOConfig(clip=0.0).validate()
+
+
+def test_bad_directory_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="is not a pi0-FAST directory"):
+        load_pi0_fast(tmp_path)
