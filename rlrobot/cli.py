@@ -248,6 +248,9 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
         console.print(f"  chunks: K={result['denoising_steps']:.0f} denoising steps, {result['execute_steps']:.0f} of "
                       f"{policy.chunk_size} actions executed ({result['chunk_utilisation']:.0%}), {calls:.1f} policy calls per "
                       f"episode, {result['chunk_latency_ms']:.2f} ms per chunk (batch 1)", soft_wrap=True)
+    if "steps_to_success_mean" in result:
+        console.print(f"  physical steps to first success: {result['steps_to_success_mean']:.1f} (mean over successful "
+                      "episodes)", soft_wrap=True)
     if same_as_run:
         console.print("  same seed, episodes and envs as the run's own final evaluation: the latest checkpoint scores "
                       "what the run reported", soft_wrap=True)

@@ -59,7 +59,7 @@ from rlrobot.policies.flow import FlowPolicy
 
 SAMPLERS = ("ode", "noise")
 OPTIMALITY = ("gae", "group")
-GROUP_SCORES = ("return", "success")
+GROUP_SCORES = ("return", "success", "success-steps")
 WEIGHTINGS = ("adaptive", "none")
 
 
@@ -78,8 +78,14 @@ class FlowNFTConfig(AlgorithmConfig):
     states, scored by episode outcome and normalised within their group; no critic)"""
     group_size: int = 8
     """(group) envs that share one start state; num_envs must be a multiple"""
-    group_score: Literal["return", "success"] = "return"
-    """(group) the episode outcome: return (dense) | success"""
+    group_score: Literal["return", "success", "success-steps"] = "return"
+    """(group) the episode outcome: return (dense) | success | success-steps (PolicyTrim's step-efficiency reward:
+    success + step_bonus * (1 - first-success step / episode length), the bonus only where the group's success rate
+    >= reproducible_rate, so a fast success that its group does not reproduce earns nothing extra)"""
+    step_bonus: float = 0.5
+    """(success-steps) weight of the speed bonus"""
+    reproducible_rate: float = 0.5
+    """(success-steps) group success rate from which the speed bonus counts"""
     max_drift: float = 0.0
     """clip |v_theta - v_old| elementwise at this value inside the loss (a trust region; 0 = off)"""
     beta: float = 1.0
@@ -122,6 +128,9 @@ class FlowNFTConfig(AlgorithmConfig):
             raise ValueError(f"flow_nft.optimality={self.optimality!r} is not one of {OPTIMALITY}")
         if self.group_score not in GROUP_SCORES:
             raise ValueError(f"flow_nft.group_score={self.group_score!r} is not one of {GROUP_SCORES}")
+        if self.step_bonus < 0 or not 0 <= self.reproducible_rate <= 1:
+            raise ValueError(f"flow_nft.step_bonus must be >= 0 and flow_nft.reproducible_rate in [0, 1], got "
+                             f"{self.step_bonus} / {self.reproducible_rate}")
         if self.max_drift < 0:
             raise ValueError(f"flow_nft.max_drift must be >= 0 (0 = off), got {self.max_drift}")
         if self.optimality == "group":
@@ -189,6 +198,17 @@ def group_advantages(scores: torch.Tensor, group_size: int, valid: torch.Tensor 
     centred = (grouped - mean) * weights
     std = centred.square().sum().div(weights.sum().clamp_min(1.0)).sqrt().clamp_min(1e-6)
     return (centred / std).reshape(-1)
+
+
+def step_efficiency_scores(success: torch.Tensor, first_success_step: torch.Tensor, episode_steps: int, group_size: int,
+                           step_bonus: float, reproducible_rate: float) -> torch.Tensor:
+    """PolicyTrim's redundancy-aware outcome per episode [N]: 1 for a success, plus ``step_bonus`` x the share of the
+    episode left after the first success, that bonus only in groups (shared start state) whose success rate is at least
+    ``reproducible_rate``; failures score 0."""
+    success = success.float()
+    rate = success.reshape(-1, group_size).mean(-1).repeat_interleave(group_size)
+    speed = (1.0 - first_success_step.float() / episode_steps).clamp(0.0, 1.0)
+    return success * (1.0 + step_bonus * speed * (rate >= reproducible_rate).float())
 
 
 def optimality(advantages: torch.Tensor, adv_clip: float) -> torch.Tensor:

@@ -32,6 +32,10 @@ def evaluate(policy, env: VecEnv, episodes: int, seed: int = 10_000, video_path:
     family_names = getattr(env, "family_names", None)
     max_iters = episodes * env.max_episode_steps + env.max_episode_steps  # bounded even if envs never finish
     chunked = ChunkedActor(policy, env.num_envs) if hasattr(policy, "sample_actions") else None
+    # physical steps until each episode first succeeded (what a deployment that stops at success pays per success)
+    elapsed = torch.zeros(env.num_envs, dtype=torch.long)
+    first_success = torch.zeros(env.num_envs, dtype=torch.long)
+    steps_to_success: list[int] = []
     for _ in range(max_iters):
         if chunked is not None:
             action = chunked.act(obs, deterministic=deterministic)
@@ -40,8 +44,16 @@ def evaluate(policy, env: VecEnv, episodes: int, seed: int = 10_000, video_path:
         obs, _, terminated, truncated, info = env.step(action)
         if chunked is not None:
             chunked.episode_done(terminated | truncated)
+        elapsed += 1
+        if "success" in info:
+            hit = info["success"].cpu().bool() & (first_success == 0)
+            first_success[hit] = elapsed[hit]
         if "episode" in info:
             ep = info["episode"]
+            ids = ep["env_ids"].cpu()
+            steps_to_success += [int(first_success[i]) if ok else 0 for i, ok in zip(ids.tolist(), ep["success"].bool().tolist(),
+                                                                                      strict=True)]
+            elapsed[ids], first_success[ids] = 0, 0
             returns += ep["return"].tolist()
             lengths += ep["length"].tolist()
             success += ep["success"].bool().tolist()
@@ -59,6 +71,9 @@ def evaluate(policy, env: VecEnv, episodes: int, seed: int = 10_000, video_path:
         "return_std": float(np.std(returns)) if returns else 0.0,
         "length_mean": float(np.mean(lengths)) if lengths else 0.0,
     }
+    hits = [n for n, ok in zip(steps_to_success[:episodes], success, strict=False) if ok and n > 0]
+    if hits:  # successful episodes only; 0 when success was first seen on no step (a task without info["success"])
+        result["steps_to_success_mean"] = float(np.mean(hits))
     if families:
         result["per_family"] = success_table(families[:episodes], success)
     if instructions:

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from rlrobot.algorithms.flow_nft import FlowNFT, group_advantages
+from rlrobot.algorithms.flow_nft import FlowNFT, group_advantages, step_efficiency_scores
 from rlrobot.algorithms.flow_ppo import FlowPPO
 from rlrobot.algorithms.jsrl import LEARNER_KEY
 from rlrobot.algorithms.policytrim import ExecuteCurriculum
@@ -159,7 +159,9 @@ class FlowNFTRunner(FlowOnPolicyRunner):
         scores = torch.zeros(n, device=self.device)
         finished = torch.zeros(n, dtype=torch.bool, device=self.device)
         live_chunks = []
-        key = "success_once" if section.group_score == "success" else "return"
+        key = "return" if section.group_score == "return" else "success_once"
+        first_success = torch.zeros(n, dtype=torch.long, device=self.device)  # step of each episode's first success
+        step = 0
         with torch.inference_mode():
             obs = self.group_starts()
             for _ in range(section.rollout_chunks):
@@ -168,6 +170,9 @@ class FlowNFTRunner(FlowOnPolicyRunner):
                 live_chunks.append(~finished)
                 for j in range(self.execute_steps):
                     obs, _, _, _, info = env.step(actions[:, j].clamp(-1.0, 1.0))
+                    step += 1
+                    hit = info["success"].to(self.device).bool() & (first_success == 0) & ~finished
+                    first_success[hit] = step
                     if "episode" in info:
                         ep = info["episode"]
                         ids = ep["env_ids"].to(self.device)
@@ -178,6 +183,9 @@ class FlowNFTRunner(FlowOnPolicyRunner):
                 zeros = torch.zeros(n, device=self.device)
                 algo.storage.add(chunk_obs, **fields, values=zeros, rewards=zeros, dones=zeros)
         self.obs = obs
+        if section.group_score == "success-steps":
+            scores = step_efficiency_scores(scores, first_success, section.rollout_chunks * self.execute_steps,
+                                            section.group_size, section.step_bonus, section.reproducible_rate)
         advantages = group_advantages(scores, section.group_size, finished)
         live = torch.stack(live_chunks)
         algo.storage.advantages = torch.where(live, advantages[None, :].expand_as(live), torch.zeros_like(live, dtype=torch.float32))

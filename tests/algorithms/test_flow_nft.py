@@ -277,3 +277,47 @@ def test_mean_flow_policy_nft_with_r_one_and_beta_one_is_its_flow_matching_loss(
     for x, y in zip(g_nft, g_fm, strict=True):
         assert torch.allclose(x, y, atol=1e-6, rtol=1e-4)
     assert any(g.abs().sum() > 0 for g in g_fm)
+
+
+def test_step_efficiency_scores_reward_fast_success_only_where_the_group_reproduces_it():
+    from rlrobot.algorithms.flow_nft import step_efficiency_scores
+
+    success = torch.tensor([1.0, 1.0, 1.0, 0.0])  # group A: both succeed; group B: one of two
+    first = torch.tensor([10, 50, 10, 0])
+    scores = step_efficiency_scores(success, first, episode_steps=100, group_size=2, step_bonus=0.5, reproducible_rate=0.75)
+    assert torch.allclose(scores, torch.tensor([1.45, 1.25, 1.0, 0.0]))  # B's fast success is not reproduced: no bonus
+    relaxed = step_efficiency_scores(success, first, 100, 2, 0.5, 0.5)
+    assert torch.allclose(relaxed, torch.tensor([1.45, 1.25, 1.45, 0.0]))
+
+
+def test_success_steps_group_score_runs_through_the_runner(tmp_path):
+    cfg = train_config("flow-nft", task="so101-reach", num_envs=4, total_steps=4 * 8, out=str(tmp_path / "steps"),
+                       logger="none", video=False, eval_episodes=2, eval_envs=2, num_threads=1, init="none",
+                       max_episode_steps=8, flow=dataclasses.replace(SMALL_FLOW, chunk_size=4))
+    cfg.flow_nft.optimality, cfg.flow_nft.group_size, cfg.flow_nft.group_score = "group", 2, "success-steps"
+    cfg.flow_nft.rollout_chunks, cfg.flow_nft.num_minibatches = 2, 2
+    cfg.validate()
+    runner = FlowNFTRunner(cfg)
+    stats = runner._rollout()
+    assert stats["train/episodes_scored"] == 1.0
+    assert torch.allclose(runner.algo.storage.advantages[0].reshape(2, 2).sum(-1), torch.zeros(2), atol=1e-5)
+    runner.env.close()
+    cfg.flow_nft.step_bonus = -1.0
+    with pytest.raises(ValueError, match="step_bonus must be >= 0"):
+        cfg.validate()
+
+
+def test_evaluation_reports_physical_steps_to_first_success():
+    import rlrobot
+    from rlrobot.runners.evaluation import evaluate
+
+    env = rlrobot.make("so101-reach", num_envs=4, seed=0, num_threads=1)
+
+    class Expert:
+        def act(self, obs, deterministic=True):
+            return env.expert_action()
+
+    result = evaluate(Expert(), env, episodes=4, seed=0)
+    env.close()
+    assert result["success_rate"] > 0.5
+    assert 1 <= result["steps_to_success_mean"] < result["length_mean"]  # the expert reaches well before the time-out
