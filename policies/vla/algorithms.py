@@ -94,3 +94,5 @@ register_algorithm(AlgorithmSpec(
     name="vla-sft", summary="flow-matching SFT of a LeRobot VLA (pi0 / pi0.5 / SmolVLA) on a LeRobotDataset",
     config_field="sft", config=VLASFTConfig, policy_kind="vla", runner=f"{_RUNNERS}:VLASFTRunner",
     run_fields=(DatasetInput, VLASection)))
+
+from . import token_algorithm  # noqa: E402, F401  (pi0-FAST: the vla-fast policy kind and --algo vla-token-ppo)

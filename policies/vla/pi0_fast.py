@@ -136,10 +136,11 @@ class TokenVLAPolicy(nn.Module):
                  value_hidden: int = 64, detach_value: bool = True, max_tokens: int | None = None):
         super().__init__()
         self.lerobot = lerobot_policy
-        self.core = lerobot_policy.model
         cfg = lerobot_policy.config
         self.fast, self.state_dim, self.detach_value = fast, state_dim, detach_value
         self.chunk_size, self.action_dim = fast.chunk_size, fast.action_dim
+        self.execute_steps = fast.chunk_size  # token PPO executes whole chunks
+        self.obs_keys = ("state",)
         self.max_tokens = max_tokens or cfg.max_action_tokens
         self.image_size = cfg.image_resolution[0]
         n_text = len(text_tokenizer)
@@ -150,10 +151,15 @@ class TokenVLAPolicy(nn.Module):
         self.register_buffer("prompt_ids", torch.tensor(prompt_ids, dtype=torch.long), persistent=False)
         self.register_buffer("state_mean", torch.zeros(state_dim))
         self.register_buffer("state_std", torch.ones(state_dim))
-        width = self.core.paligemma_with_expert.paligemma.config.text_config.hidden_size
+        width = lerobot_policy.model.paligemma_with_expert.paligemma.config.text_config.hidden_size
         self.value_head = nn.Sequential(nn.Linear(width, value_hidden), nn.Tanh(), nn.Linear(value_hidden, 1))
         nn.init.normal_(self.value_head[-1].weight, std=0.02)
         nn.init.zeros_(self.value_head[-1].bias)
+
+    @property
+    def core(self) -> nn.Module:
+        """LeRobot's PI0FastPytorch (a property, not a second submodule: weights are saved once)."""
+        return self.lerobot.model
 
     # ------------------------------------------------------------------ inputs
     def fit_observation_stats(self, obs: dict[str, torch.Tensor]) -> None:
@@ -242,6 +248,12 @@ class TokenVLAPolicy(nn.Module):
 
     def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         return self._value(self._forward(obs, None)[1])
+
+    @torch.no_grad()
+    def sample_actions(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
+        """Action chunks [B, H, A]: greedy decoding (evaluation, serving) or sampled tokens."""
+        tokens, _, mask = self.sample(obs, greedy=deterministic)
+        return self.actions(tokens, mask)
 
     def actions(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Action chunks [B, H, A] decoded through the FAST tokenizer (<eos> and padding dropped)."""

@@ -49,7 +49,7 @@ class TokenPPOConfig:
 
 
 def collect(env, policy: TokenVLAPolicy, obs: dict[str, torch.Tensor], cfg: TokenPPOConfig,
-            generator: torch.Generator | None = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+            generator: torch.Generator | None = None, on_info=None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """``cfg.rollout_chunks`` chunks from every env: (batch with obs / tokens / mask / old log-probs / advantages /
     returns, each [N = chunks * envs, ...], the next observation)."""
     keys = ("state",) + (("image_front",) if "image_front" in obs else ())
@@ -63,7 +63,9 @@ def collect(env, policy: TokenVLAPolicy, obs: dict[str, torch.Tensor], cfg: Toke
         reward = torch.zeros(len(tokens))
         done = torch.zeros(len(tokens), dtype=torch.bool)
         for h in range(chunk.shape[1]):
-            obs, r, terminated, truncated, _ = env.step(chunk[:, h])
+            obs, r, terminated, truncated, info = env.step(chunk[:, h])
+            if on_info is not None:  # the runner's episode tracking (returns, success)
+                on_info(info)
             reward += torch.where(done, torch.zeros_like(r), r.float())  # steps of a new episode are not credited
             done |= terminated.bool() | truncated.bool()
         steps.append({"obs": current, "tokens": tokens, "logp": logp, "mask": mask, "value": value, "reward": reward,
@@ -93,6 +95,12 @@ class TokenPPO:
         self.optimizer = torch.optim.Adam([
             {"params": policy.policy_parameters(), "lr": cfg.learning_rate},
             {"params": list(policy.value_head.parameters()), "lr": cfg.value_learning_rate}])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
 
     def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
         """PPO epochs over the batch; returns the losses and the first minibatch's max |ratio - 1|."""
@@ -124,6 +132,6 @@ class TokenPPO:
                 if first:
                     stats["first_ratio_max_dev"] = float(((ratio.detach() - 1).abs() * mask).max())
                     first = False
-                stats.update(policy_loss=float(policy_loss), value_loss=float(value_loss), entropy=float(entropy_mean),
+                stats.update(policy_loss=policy_loss.item(), value_loss=value_loss.item(), entropy=entropy_mean.item(),
                              clip_frac=float((((ratio - 1).abs() > cfg.clip).float() * mask).sum() / tokens))
         return stats

@@ -87,3 +87,34 @@ def test_token_ppo_iteration_on_so101_lift(fast_dir):
 def test_bad_directory_is_refused(tmp_path):
     with pytest.raises(ValueError, match="is not a pi0-FAST directory"):
         load_pi0_fast(tmp_path)
+
+
+def test_vla_token_ppo_through_the_cli_then_served(fast_dir, tmp_path, capsys):
+    """rlrobot train --algo vla-token-ppo on so101-lift (2 envs, 2 iterations), then the checkpoint reloads (the
+    vla-fast policy kind) and serves the same greedy chunk as the trained policy."""
+    import json
+
+    from rlrobot.cli import main
+    from rlrobot.real_robot.policy_runtime import LoadedPolicy
+
+    out = tmp_path / "run"
+    main(["train", "--algo", "vla-token-ppo", "--task", "so101-lift", "--control-mode", "ee_delta",
+          "--vla-fast.path", str(fast_dir), "--out", str(out), "--num-envs", "2", "--max-episode-steps", "10",
+          "--token-ppo.rollout-chunks", "1", "--token-ppo.num-minibatches", "2", "--token-ppo.epochs", "1",
+          "--total-steps", "20", "--logger", "none", "--no-video", "--eval-episodes", "2", "--eval-envs", "2",
+          "--eval-every", "0", "--num-threads", "1"])
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    ratios = [x["train/first_ratio_max_dev"] for x in lines if "train/first_ratio_max_dev" in x]
+    assert len(ratios) == 2 and max(ratios) < 1e-4
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env_steps"] == 20
+    served = LoadedPolicy(str(out / "checkpoints"))
+    assert served.metadata["policy_kind"] == "vla-fast" and served.metadata["chunk_size"] == 5
+    state = torch.zeros(served.metadata["observation_space"]["state"], dtype=torch.float32).numpy()
+    first = served.infer({"state": state})
+    assert first.shape == (5, 5) and (served.infer({"state": state}) == first).all()
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["train", "--algo", "vla-token-ppo", "--task", "so101-lift", "--out", str(tmp_path / "bad")])
+    captured = capsys.readouterr()
+    assert "vla_fast.path is empty" in captured.out + captured.err

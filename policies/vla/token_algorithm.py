@@ -1,0 +1,88 @@
+"""``--algo vla-token-ppo``: token-level PPO (VLA-RL) of a LeRobot pi0-FAST directory (``--vla-fast.path DIR``, as
+written by ``build_tiny_pi0_fast``: LeRobot's save_pretrained + our fitted FAST tokenizer), and the ``vla-fast`` policy
+kind that checkpoints, evaluation and ``rlrobot serve`` rebuild it through.
+
+    rlrobot train --algo vla-token-ppo --task so101-lift --control-mode ee_delta --vla-fast.path DIR --num-envs 4
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
+from rlrobot.policies.registry import PolicySpec, register_policy
+
+from .token_ppo import TokenPPOConfig
+
+
+@dataclass
+class VLAFastConfig:
+    path: str = ""
+    """a pi0-FAST directory on local disk (LeRobot's save_pretrained + tokenizer/ + fast_tokenizer/); never a hub id"""
+    value_hidden: int = 64
+    """width of the value head on the VLM's prefix output"""
+    detach_value: bool = True
+    """the critic's gradient does not reach the VLM"""
+
+    def validate(self) -> None:
+        if not self.path:
+            raise ValueError("vla_fast.path is empty: pass --vla-fast.path DIR, a pi0-FAST directory on local disk")
+        if self.value_hidden < 1:
+            raise ValueError(f"vla_fast.value_hidden must be >= 1, got {self.value_hidden}")
+
+    def validate_for(self, run) -> None:
+        self.validate()
+        if run.obs_mode not in ("state", "state+rgb"):
+            raise ValueError(f"obs_mode={run.obs_mode!r}: the pi0-FAST policy reads the 'state' observation")
+
+    def chunk_size(self) -> int:
+        config = Path(self.path) / "config.json"
+        if not config.is_file():
+            raise ValueError(f"vla_fast.path={self.path!r} has no config.json: not a LeRobot pretrained directory")
+        meta = json.loads(config.read_text())
+        if meta.get("type") != "pi0_fast":
+            raise ValueError(f"vla_fast.path={self.path!r} holds a {meta.get('type')!r} policy, not pi0_fast")
+        return int(meta["chunk_size"])
+
+
+def _build(meta: dict[str, Any], cfg: VLAFastConfig):
+    from .pi0_fast import load_pi0_fast
+
+    policy = load_pi0_fast(cfg.path, value_hidden=cfg.value_hidden, detach_value=cfg.detach_value)
+    if meta.get("obs_dim") is not None and policy.state_dim != meta["obs_dim"]:
+        raise ValueError(f"observation.state of {cfg.path} has {policy.state_dim} dims; the task's state has {meta['obs_dim']}")
+    if policy.action_dim != meta["action_dim"]:
+        raise ValueError(f"action of {cfg.path} has {policy.action_dim} dims; the task's action space has {meta['action_dim']}")
+    return policy
+
+
+register_policy(PolicySpec("vla-fast", "vla_fast", VLAFastConfig, _build))
+
+
+@dataclass
+class VLATokenPPOConfig(TokenPPOConfig, AlgorithmConfig):
+    def validate(self, run=None) -> None:
+        TokenPPOConfig.validate(self)
+        if run is not None and (run.num_envs * self.rollout_chunks) % self.num_minibatches:
+            raise ValueError(f"num_envs x token_ppo.rollout_chunks = {run.num_envs * self.rollout_chunks} must be divisible "
+                             f"by token_ppo.num_minibatches={self.num_minibatches}")
+
+    def env_steps_per_iteration(self, run) -> int:
+        try:
+            chunk = run.vla_fast.chunk_size()
+        except (ValueError, OSError, KeyError):
+            chunk = 1  # a bad path is reported by prepare()
+        return run.num_envs * self.rollout_chunks * chunk
+
+    def prepare(self, run) -> None:
+        run.vla_fast.validate()
+        run.vla_fast.chunk_size()  # the directory is a pi0-FAST one, before anything is built
+
+
+register_algorithm(AlgorithmSpec(
+    name="vla-token-ppo", summary="token-level PPO (VLA-RL) of a LeRobot pi0-FAST from --vla-fast.path",
+    config_field="token_ppo", config=VLATokenPPOConfig, policy_kind="vla-fast",
+    runner="rlrobot.policies.vla.token_runner:TokenPPORunner"))
