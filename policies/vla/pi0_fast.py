@@ -127,8 +127,28 @@ def load_pi0_fast(path: str | os.PathLike, **kwargs: Any) -> TokenVLAPolicy:
     text = AutoTokenizer.from_pretrained(str(path / "tokenizer"), local_files_only=True)
     with _pi0_fast_patches(meta["sizes"], text) as mod:
         lerobot_policy = mod.PI0FastPolicy.from_pretrained(str(path), local_files_only=True)
-    return TokenVLAPolicy(lerobot_policy, text, FASTActionTokenizer.load(path / "fast_tokenizer"), meta["state_dim"],
-                          meta["prompt"], **kwargs)
+    policy = TokenVLAPolicy(lerobot_policy, text, FASTActionTokenizer.load(path / "fast_tokenizer"), meta["state_dim"],
+                            meta["prompt"], **kwargs)
+    if "state_mean" in meta:  # written by save_pi0_fast (e.g. after token SFT)
+        policy.state_mean.copy_(torch.tensor(meta["state_mean"]))
+        policy.state_std.copy_(torch.tensor(meta["state_std"]))
+    return policy
+
+
+def save_pi0_fast(policy: TokenVLAPolicy, source: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write ``policy`` (e.g. after token SFT) as a pi0-FAST directory like ``source``'s: LeRobot's save_pretrained,
+    the same tokenizers, and the state normalisation in the marker (the value head is not part of it)."""
+    import shutil
+
+    source, out = Path(source), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    policy.lerobot.save_pretrained(out)
+    for sub in ("tokenizer", "fast_tokenizer"):
+        shutil.copytree(source / sub, out / sub, dirs_exist_ok=True)
+    meta = json.loads((source / MARKER).read_text())
+    meta.update(state_mean=policy.state_mean.tolist(), state_std=policy.state_std.tolist())
+    (out / MARKER).write_text(json.dumps(meta, indent=1))
+    return out
 
 
 class TokenVLAPolicy(nn.Module):
@@ -272,6 +292,12 @@ class TokenVLAPolicy(nn.Module):
             tokens[i, :len(ids)] = torch.tensor(ids)
             mask[i, :len(ids)] = 1.0
         return tokens.to(chunks.device), mask.to(chunks.device)
+
+    def sft_loss(self, obs: dict[str, torch.Tensor], chunks: torch.Tensor) -> torch.Tensor:
+        """Next-token cross-entropy of demonstration chunks [B, H, A] (pi0-FAST's own loss, on our tokens)."""
+        tokens, mask = self.encode_actions(chunks)
+        logp, _, _ = self.token_log_probs(obs, tokens, mask)
+        return -logp.sum() / mask.sum().clamp_min(1.0)
 
     def policy_parameters(self) -> Sequence[nn.Parameter]:
         value = {id(p) for p in self.value_head.parameters()}
