@@ -6,6 +6,6 @@ from rlrobot.algorithms.prm import PRMConfig
 from rlrobot.config import train_config
 from rlrobot.rewards.prm import PRMNetConfig
 
-CONFIG = train_config("prm", task="so101-suite", num_envs=1, prm=PRMConfig(num_updates=6000, batch_size=256),
+CONFIG = train_config("prm", task="so101-suite", num_envs=1, prm=PRMConfig(num_updates=5000, batch_size=256),
                       prm_net=PRMNetConfig(obs_keys=("state",)), eval_every=0, checkpoint_every=5, video=True,
                       update_threads=1)
