@@ -274,3 +274,18 @@ def test_bench_prm_figure_beside_the_env_step():
     row = prm_bench(num_envs=4, seconds=0.1, num_threads=1)
     assert row["num_envs"] == 4 and row["env_step_ms"] > 0 and row["prm_ms"] > 0
     assert row["prm_over_env"] == pytest.approx(row["prm_ms"] / row["env_step_ms"])
+
+
+def test_image_and_state_observations_are_encoded():
+    cfg = dataclasses.replace(TINY, obs_keys=("state", "image_front"), conv_channels=(4, 8))
+    model = VLACProgressModel({"state": [4], "image_front": [3, 16, 16]}, cfg)
+    gen = torch.Generator().manual_seed(0)
+    obs = {"state": torch.randn(5, 4, generator=gen), "image_front": torch.randint(0, 256, (5, 3, 16, 16), generator=gen,
+                                                                                   dtype=torch.uint8)}
+    other = {"state": obs["state"], "image_front": 255 - obs["image_front"]}
+    delta, done = model.progress(obs, other, torch.randn(5, 384, generator=gen))
+    assert delta.shape == done.shape == (5,) and delta.abs().max() <= 1.0 and ((done > 0) & (done < 1)).all()
+    assert model.observation_space == {"state": [4], "image_front": [3, 16, 16]}
+    logits = model.delta_logits(obs, other, torch.zeros(5, 384))
+    logits.sum().backward()  # the conv encoder is trained with the rest
+    assert model.encoder.parts["image_front"][0].weight.grad.abs().sum() > 0
