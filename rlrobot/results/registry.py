@@ -226,6 +226,40 @@ STUDY_VARIANTS: dict[str, tuple[str, dict]] = {
 }
 ENTRIES = ENTRIES + tuple(e for variant, (what, _) in STUDY_VARIANTS.items() for e in _contact_study(variant, what))
 
+# JSRL (issue 18): sparse-reward so101-lift, PPO with the scripted expert / a 10-demo SFT flow checkpoint as the guide,
+# and PPO from scratch on the same sparse reward and settings (the baseline that stays at zero).
+SPARSE_PPO_LIFT_FLAGS = ("--reward-mode", "sparse", "--total-steps", "2000000", "--policy.init-noise-std", "0.5",
+                         "--ppo.entropy-coef", "0", "--eval-every", "10", "--eval-episodes", "32")
+_JSRL_FIGURES = (SUCCESS, Figure("train.peak_success", "peak eval success", ".2f"),
+                 Figure("train.train_success", "training success (last 200 episodes)", ".2f"), TRAIN_WALL)
+
+
+def _jsrl_sft_lift() -> Entry:
+    collect = Step("data", "collect", ("collect", "--task", "so101-lift", "--episodes", "10", "--success-only", "--out",
+                                       "{out}", "--seed", "{seed}"))
+    sft = Step("sft", "train", ("train", "--algo", "sft", "--task", "so101-lift", "--dataset", "{data}", "--out", "{out}",
+                                "--seed", "{seed}", "--no-video"))
+    return Entry(name="jsrl-ppo-so101-lift-sft", title="JSRL: PPO so101-lift, sparse reward, 10-demo SFT flow guide",
+                 task="so101-lift", steps=(collect, sft, _train("so101-lift", "ppo", *SPARSE_PPO_LIFT_FLAGS, "--jsrl.guide",
+                                                                "{sft}", "--jsrl.tolerance", "0.2")),
+                 figures=(*_JSRL_FIGURES, Figure("sft.success", "SFT guide alone", ".3f")),
+                 budget="10 demos, 2,000 SFT updates, 2M env steps PPO", cost="~30 min per seed on the shared machine",
+                 target=">= 0.8", curve="train.eval/success_rate", group="study")
+
+
+ENTRIES = ENTRIES + (
+    Entry(name="jsrl-ppo-so101-lift-expert", title="JSRL: PPO so101-lift, sparse reward, scripted-expert guide "
+          "(H = 100 in 10 stages, tolerance 0.2)", task="so101-lift",
+          steps=(_train("so101-lift", "ppo", *SPARSE_PPO_LIFT_FLAGS, "--jsrl.guide", "expert", "--jsrl.tolerance", "0.2"),),
+          figures=_JSRL_FIGURES, budget="2M env steps", cost="~27 min per seed on the shared machine", target=">= 0.8",
+          curve="train.eval/success_rate", group="study"),
+    _jsrl_sft_lift(),
+    Entry(name="ppo-so101-lift-sparse", title="PPO so101-lift from scratch, sparse reward, the JSRL runs' PPO settings",
+          task="so101-lift", steps=(_train("so101-lift", "ppo", *SPARSE_PPO_LIFT_FLAGS),), figures=_JSRL_FIGURES,
+          budget="2M env steps", cost="~25 min per seed on the shared machine", curve="train.eval/success_rate",
+          group="study"),
+)
+
 
 def entry(name: str) -> Entry:
     for e in ENTRIES:
