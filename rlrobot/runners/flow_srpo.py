@@ -3,6 +3,8 @@ embeddings, GRPO advantages per group, Flow-Noise PPO's update (``rlrobot.algori
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from rlrobot.algorithms.flow_ppo import FlowPPO
@@ -40,6 +42,21 @@ class FlowSRPORunner(FlowOnPolicyRunner):
     @property
     def section(self):
         return self.cfg.flow_srpo
+
+    def train_iteration(self) -> dict[str, float]:
+        """As flow-policy PPO's, except that a rollout in which the group filter kept no group (all outcomes equal: no
+        ranking to learn from) skips the update: otherwise the noise head's entropy bonus alone would move the policy
+        (measured on so101-push-to from a 6 % SFT policy: 0 groups kept for 20 iterations, eval 0.06 -> 0)."""
+        start = time.perf_counter()
+        rollout_stats = self._rollout()
+        rollout_time = time.perf_counter() - start
+        update_stats: dict[str, float] = {"skipped_update": 1.0}
+        if rollout_stats["train/groups_kept"] > 0:
+            with self.all_cores():
+                update_stats = {**self.algo.update(self.generator), "skipped_update": 0.0}
+        self.algo.storage.clear()
+        return {"perf/rollout_fraction": rollout_time / (time.perf_counter() - start),
+                **{f"loss/{k}": v for k, v in update_stats.items()}, **rollout_stats}
 
     def _rollout(self) -> dict[str, float]:
         """One whole episode per env from grouped start states; each episode's chunks get its group's SRPO advantage.

@@ -176,6 +176,11 @@ def test_flow_srpo_trains_on_grouped_episodes(tmp_path):
         bool((runner.algo.storage.advantages == 0).all())  # GRPO: zero mean per group (all-equal groups: all 0)
     runner.algo.update(runner.generator)
     assert any(not torch.equal(before[k], v) for k, v in runner.policy.state_dict().items())
+    runner.cfg.flow_srpo.low, runner.cfg.flow_srpo.high = 0.6, 0.7  # no group of 4 can have a success rate in there
+    before = {k: v.clone() for k, v in runner.policy.state_dict().items()}
+    metrics = runner.train_iteration()
+    assert metrics["train/groups_kept"] == 0.0 and metrics["loss/skipped_update"] == 1.0
+    assert all(torch.equal(before[k], v) for k, v in runner.policy.state_dict().items())  # nothing to learn from
     with pytest.raises(ValueError, match="flow_srpo.group_size=3 must be >= 2 and divide num_envs=8"):
         train_config("flow-srpo", task="so101-reach", num_envs=8, init="none", max_episode_steps=12,
                      flow=FlowPolicyConfig(chunk_size=4, execute_steps=4),
