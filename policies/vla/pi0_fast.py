@@ -302,3 +302,61 @@ class TokenVLAPolicy(nn.Module):
     def policy_parameters(self) -> Sequence[nn.Parameter]:
         value = {id(p) for p in self.value_head.parameters()}
         return [p for p in self.parameters() if id(p) not in value]
+
+
+def expert_data(task: str, envs: int = 16, steps: int = 100, horizon: int = 5, seed: int = 1,
+                control_mode: str = "ee_delta") -> tuple[torch.Tensor, torch.Tensor]:
+    """(states [N, S], the scripted expert's next ``horizon`` actions [N, horizon, A]) from the simulator."""
+    import rlrobot
+
+    env = rlrobot.make(task, envs, control_mode=control_mode, seed=seed)
+    obs, _ = env.reset(seed=seed)
+    states, actions = [], []
+    for _ in range(steps):
+        a = env.expert_action().clamp(-1, 1)
+        states.append(obs["state"].clone())
+        actions.append(a)
+        obs, *_ = env.step(a)
+    env.close()
+    s, a = torch.stack(states, 1), torch.stack(actions, 1)
+    windows = range(steps - horizon + 1)
+    return torch.cat([s[:, i] for i in windows]), torch.cat([a[:, i:i + horizon] for i in windows])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """python -m rlrobot.policies.vla.pi0_fast --task so101-reach --out DIR [--sft-steps 1000]: a tiny random pi0-FAST
+    whose FAST tokenizer is fitted on the scripted expert's chunks, optionally token-SFT'd on them (batch 64, Adam 1e-3),
+    written as a pi0-FAST directory for --algo vla-token-ppo --vla-fast.path DIR."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m rlrobot.policies.vla.pi0_fast")
+    parser.add_argument("--task", default="so101-reach")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sft-steps", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    torch.manual_seed(args.seed)
+    states, chunks = expert_data(args.task)
+    if args.sft_steps <= 0:
+        print(build_tiny_pi0_fast(args.out, states.shape[1], chunks.numpy(), args.task, max_action_tokens=16,
+                                  fast_vocab=128, seed=args.seed))
+        return
+    base = build_tiny_pi0_fast(Path(tempfile.mkdtemp()) / "base", states.shape[1], chunks.numpy(), args.task,
+                               max_action_tokens=16, fast_vocab=128, seed=args.seed)
+    policy = load_pi0_fast(base)
+    policy.fit_observation_stats({"state": states})
+    opt = torch.optim.Adam(policy.policy_parameters(), lr=1e-3)
+    for step in range(args.sft_steps):
+        idx = torch.randint(0, len(states), (64,))
+        loss = policy.sft_loss({"state": states[idx]}, chunks[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 100 == 0 or step == args.sft_steps - 1:
+            print(f"sft step {step}: token cross-entropy {loss.item():.3f}", flush=True)
+    print(save_pi0_fast(policy, base, args.out))
+
+
+if __name__ == "__main__":
+    main()
