@@ -18,7 +18,7 @@ ValueError naming the key).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -150,7 +150,7 @@ class VLACProgressModel(nn.Module):
         missing = [k for k in cfg.obs_keys if k not in obs_space]
         if missing:
             raise ValueError(f"prm_net.obs_keys: {missing[0]!r} is not an observation of the task; it has {sorted(obs_space)}")
-        self.cfg = cfg
+        self.cfg = replace(cfg)  # a copy: calibrating the done threshold must not change the run's config
         self.obs_keys = tuple(cfg.obs_keys)
         self.observation_space = {k: list(obs_space[k]) for k in self.obs_keys}
         self.done_threshold = float(cfg.done_threshold)
