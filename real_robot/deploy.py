@@ -226,10 +226,8 @@ class PRMProgressLog:
             shadow = self.bridge.shadow
             if hasattr(shadow, "instruction_observation"):  # the suite ships its instructions' embeddings
                 emb = shadow.instruction_observation([text])["instruction_embedding"]
-            else:
-                from rlrobot.envs.language import InstructionEmbeddings
-
-                emb = InstructionEmbeddings()([text])
+            else:  # a single-task PRM outside the suite is trained with a zero embedding (rlrobot train --algo prm)
+                emb = np.zeros((1, 384), np.float32)
             self._embeddings[text] = torch.as_tensor(emb, dtype=torch.float32).reshape(1, -1)
         return self._embeddings[text]
 

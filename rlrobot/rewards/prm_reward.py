@@ -19,8 +19,9 @@ return, ``task_return`` = the task's, ``success`` the task's own judgement) and 
 stay consistent; the wrapper's per-env state (first and last observations, Phi, running return) travels with
 checkpoints.
 
-The instruction: the env's ``instruction_embedding`` observation where it has one (the suite), else the sentence
-embedding of ``env.instruction`` (cached per string; the encoder of the ``language`` extra runs once per new string).
+The instruction: the env's ``instruction_embedding`` observation where it has one (the suite), else a zero embedding:
+the convention of ``rlrobot train --algo prm`` for single-task datasets outside the suite (their one instruction
+carries no information; no sentence encoder is loaded).
 """
 
 from __future__ import annotations
@@ -54,25 +55,17 @@ def load_prm(path: str, env, device: torch.device | str) -> Any:
 
 
 class InstructionEmbedder:
-    """[N, 384] instruction embeddings of the current episodes: the observation where the env has it, else the cached
-    sentence embeddings of ``env.instruction``."""
+    """[N, 384] instruction embeddings of the current episodes: the observation where the env has it, else zeros (how
+    the PRM was trained on a single-task dataset outside the suite)."""
 
     def __init__(self, env):
         self.env = env
-        self._table = None
 
     def __call__(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         if EMBEDDING_KEY in obs:
             return obs[EMBEDDING_KEY].float()
-        if self._table is None:
-            from rlrobot.envs.language import InstructionEmbeddings
-
-            self._table = InstructionEmbeddings()
-        try:
-            texts = list(self.env.instruction)
-        except NotImplementedError as e:
-            raise ValueError(f"the PRM reward needs the task's instruction; {type(self.env).__name__} has none") from e
-        return torch.as_tensor(self._table(texts), device=obs[next(iter(obs))].device)
+        first = obs[next(iter(obs))]
+        return torch.zeros(len(first), 384, device=first.device)
 
 
 def prm_features(path: str, env, device: torch.device | str):
