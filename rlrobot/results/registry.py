@@ -261,6 +261,45 @@ ENTRIES = ENTRIES + (
 )
 
 
+# of 10 LayerNorm critics, then WSRL / Cal-QL online keeping the data / RLPD / SAC from scratch at the same sizes
+# (64x64 MLPs, 10 critics, UTD 0.5, batch 256, 22,528 env steps; the presets configs/{wsrl,cal_ql_online,rlpd}_*.py).
+WARM_START_SAC_FLAGS = ("--num-envs", "16", "--total-steps", "22528", "--update-threads", "1", "--sac.gamma", "0.97",
+                        "--sac.utd", "0.5", "--sac.batch-size", "256", "--sac.learning-starts", "2048",
+                        "--sac.rollout-steps", "16", "--sac.buffer-size", "200000", "--sac.num-target-critics", "2",
+                        "--sac.actor-q", "mean", "--policy.actor-hidden", "64", "64", "--policy.critic-hidden", "64", "64",
+                        "--policy.activation", "relu", "--policy.num-critics", "10", "--policy.critic-layer-norm",
+                        "--checkpoint-every", "8", "--eval-every", "8", "--eval-episodes", "64", "--eval-envs", "32")
+CAL_QL_ENSEMBLE_FLAGS = ("--cal-ql.gradient-steps", "3000", "--cal-ql.updates-per-iteration", "500", "--cal-ql.gamma",
+                         "0.97", "--cal-ql.num-critics", "10", "--cal-ql.num-target-critics", "2",
+                         "--cal-ql.critic-layer-norm", "--cal-ql.actor-q", "mean", "--cal-ql.num-actions", "2",
+                         "--cal-ql.init-alpha", "0.05", "--cal-ql.actor-lr", "3e-4", "--update-threads", "1",
+                         "--eval-every", "1")
+
+
+def warm_start_entry(task: str) -> Entry:
+    sparse = ("--reward-mode", "sparse")
+    data = Step("data", "collect", ("collect", "--task", task, "--recipe", "noisy", "--out", "{out}", "--seed", "{seed}"))
+    steps = (data, _train(task, "cal-ql", "--dataset", "{data}", *sparse, *CAL_QL_ENSEMBLE_FLAGS, name="offline"),
+             _train(task, "wsrl", "--init", "{offline}", *sparse, name="wsrl"),
+             _train(task, "cal-ql-online", "--init", "{offline}", "--dataset", "{data}", *sparse, name="keep"),
+             _train(task, "rlpd", "--dataset", "{data}", *sparse, name="rlpd"),
+             _train(task, "sac", *sparse, *WARM_START_SAC_FLAGS, name="sac"))
+    return Entry(
+        name=f"warm-start-{task}-sparse", title=f"warm starts on sparse-reward {task}: Cal-QL (10-critic REDQ) -> WSRL vs "
+        "Cal-QL online keeping the data vs RLPD vs SAC from scratch", task=task, seeds=1,
+        steps=steps, figures=(Figure("offline.success", "Cal-QL offline", ".2f"),
+                              Figure("wsrl.success", "WSRL", ".2f", per_seed=True),
+                              Figure("keep.success", "keep the data", ".2f"), Figure("rlpd.success", "RLPD", ".2f"),
+                              Figure("sac.success", "SAC from scratch", ".2f"), Figure("wsrl.wall_s", "WSRL training s", ".0f"),
+                              Figure("keep.wall_s", "keep-data training s", ".0f")),
+        budget="200 noisy episodes, 3,000 Cal-QL updates, 22,528 env steps online for each method",
+        cost="~50 min per seed on the shared 2-core machine", target="WSRL: no dip at the switch, >= 0.9 first",
+        curve="wsrl.eval/success_rate")
+
+
+ENTRIES = ENTRIES + (warm_start_entry("so101-lift"), warm_start_entry("so101-push"))
+
+
 def entry(name: str) -> Entry:
     for e in ENTRIES:
         if e.name == name:
