@@ -84,9 +84,8 @@ class RewardConfig:
         if kind == "srpo" and "state" not in run.obs_mode:
             raise ValueError(f"reward.shaping='srpo' embeds episodes by their state; obs_mode={run.obs_mode!r} has none")
         if kind == "prm":
-            from .prm_reward import check_prm_path
-
-            check_prm_path(argument)
+            if not argument:  # the checkpoint itself is read (and refused if missing) when the env is wrapped
+                raise ValueError("reward.shaping: prm:PATH needs a path to a PRM run or checkpoint (rlrobot train --algo prm)")
             if self.prm_done and adapter:
                 raise ValueError(f"reward.prm_done ends single episodes, which needs a native task; task={run.task!r}")
         if self.gamma is None and run.algorithm.discount is None:

@@ -143,8 +143,8 @@ def test_prm_reward_trains_ppo_and_refuses_bad_input(tmp_path):
                        eval_envs=2, video=False)
     summary = OnPolicyRunner(cfg).learn()
     assert summary["env_steps"] == 48
-    with pytest.raises(ValueError, match="does not exist"):
-        train_config("ppo", reward=RewardConfig(shaping=f"prm:{tmp_path / 'missing'}")).validate()
+    with pytest.raises(ValueError, match="does not exist"):  # read when the training env is wrapped, before any step
+        rlrobot.make(TASK, 2, seed=0, reward_wrappers=RewardConfig(shaping=f"prm:{tmp_path / 'missing'}").wrappers(0.99))
     with pytest.raises(ValueError, match="needs a path"):
         train_config("ppo", reward=RewardConfig(shaping="prm:")).validate()
     with pytest.raises(ValueError, match="reward.prm_mode='sum' is not one of"):
