@@ -82,9 +82,13 @@ def train(argv: list[str]) -> dict:
     if "eval" not in summary:  # a rank other than 0 of a distributed run: rank 0 reports
         return summary
     ev = summary["eval"]
+    if "success_rate" in ev or not ev:
+        result = (f"eval success {ev.get('success_rate', 0):.3f}, return {ev.get('return_mean', 0):.2f} "
+                  f"over {ev.get('episodes', 0)} episodes")
+    else:  # a model rather than a policy (--algo prm): its own held-out metrics
+        result = "eval " + ", ".join(f"{k} {v:.3f}" for k, v in ev.items() if isinstance(v, float))
     console.print(f"[bold green]done[/] {summary['log_step']:,} {summary['x_label']} in {summary['train_wall_time_s']:.0f} s; "
-                  f"eval success {ev.get('success_rate', 0):.3f}, return {ev.get('return_mean', 0):.2f} "
-                  f"over {ev.get('episodes', 0)} episodes", soft_wrap=True)
+                  f"{result}", soft_wrap=True)
     console.print(f"  run dir:        {summary['run_dir']}", soft_wrap=True)
     console.print(f"  checkpoint:     {summary['checkpoint']}", soft_wrap=True)
     console.print(f"  learning curve: {summary['learning_curve']}", soft_wrap=True)
