@@ -47,8 +47,8 @@ class TrainConfig:
     num_envs envs and seed, gradients all-reduced; total_steps counts all ranks' env steps"""
     obs_mode: str = "state"
     """native tasks: state | rgb | state+rgb (rlrobot list-tasks shows each task's modes)"""
-    reward_mode: Literal["dense", "sparse"] = "dense"
-    """native tasks: the shaped dense reward or success only"""
+    reward_mode: Literal["dense", "sparse", "staged"] = "dense"
+    """native tasks: the shaped dense reward, success only, or (so101-lift) ManiSkill3 PickCube's staged reward"""
     control_mode: str = "ee_delta"
     """native tasks: joint_pos | joint_delta | ee_delta"""
     max_episode_steps: int | None = None

@@ -49,6 +49,7 @@ class MujocoVecEnv:
     randomized_geoms: tuple[str, ...] = ()
     randomized_bodies: tuple[str, ...] = ()
     contact_sensors: tuple[str, ...] = ()  # MJCF contact sensors (data="found") the task reads, e.g. jaw-cube
+    reward_modes: tuple[str, ...] = REWARD_MODES  # a task with its own shaped reward adds a mode (so101-lift: staged)
 
     def __init__(
         self,
@@ -71,8 +72,8 @@ class MujocoVecEnv:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode={obs_mode!r} is not one of {OBS_MODES}")
-        if reward_mode not in REWARD_MODES:
-            raise ValueError(f"reward_mode={reward_mode!r} is not one of {REWARD_MODES}")
+        if reward_mode not in self.reward_modes:
+            raise ValueError(f"reward_mode={reward_mode!r} is not one of {self.reward_modes}")
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.frame_skip = frame_skip
@@ -303,7 +304,7 @@ class MujocoVecEnv:
         dense, success, terminated = self._evaluate()
         terminated = terminated | self.unstable
         self.unstable[:] = False
-        reward = dense if self.reward_mode == "dense" else success.astype(np.float64)
+        reward = success.astype(np.float64) if self.reward_mode == "sparse" else dense  # dense: the mode's shaped reward
         self.episode_return += reward
         self.success_once |= success
         truncated = (self.elapsed_steps >= self.max_episode_steps) & ~terminated

@@ -438,12 +438,17 @@ class SO101Push(SO101Env):
 
 
 class SO101Lift(SO101Env):
-    """Grasp the cube and lift it at least 5 cm above the table; success is judged with the cube still held up."""
+    """Grasp the cube and lift it at least 5 cm above the table; success is judged with the cube still held up.
+
+    Reward modes: ``dense`` (reach, open-jaw approach, grasp, lift, success; what SFT + flow RL use), ``sparse``
+    (success), ``staged`` (ManiSkill3 PickCube's shape, ``_staged_reward``: what PPO from scratch learns lift with)."""
 
     task_name = "so101-lift"
     default_max_episode_steps = 100
     state_dim = 6 + 6 + 3 + 3 + 3 + 3 + 4 + 3 + 2
     lift_height = 0.05
+    staged_goal_height = 0.08  # the staged reward's goal above the table, past the 5 cm success height
+    reward_modes = (*REWARD_MODES, "staged")
 
     @property
     def instruction(self) -> list[str]:
@@ -470,7 +475,20 @@ class SO101Lift(SO101Env):
         gripper_open = np.clip((self.qpos[:, 5] - 0.3) / 0.7, 0.0, 1.0)
         approach = 0.5 * gripper_open * ~grasped
         dense = (reach + approach + grasped + 2.0 * lifted * grasped + success) / 5.5
+        if self.reward_mode == "staged":
+            dense = self._staged_reward(tcp_to_cube, grasped, success)
         return dense, success, lost
+
+    def _staged_reward(self, tcp_to_cube: np.ndarray, grasped: np.ndarray, success: np.ndarray) -> np.ndarray:
+        """ManiSkill3 PickCube's staged reward on our task: reach 1 - tanh(5 d), + 1 while grasped, + how close the
+        held cube is to a point 8 cm above its start (1 - tanh(5 d_goal)), and the maximum 5 on success (absorbing:
+        no term can beat succeeding); / 5. No open-jaw bonus: closing on the cube never costs reward."""
+        reach = 1.0 - np.tanh(5.0 * tcp_to_cube)
+        goal = self.cube_start.copy()
+        goal[:, 2] = CUBE_HALF + self.staged_goal_height
+        to_goal = 1.0 - np.tanh(5.0 * np.linalg.norm(goal - self.cube_pos, axis=1))
+        staged = reach + grasped + to_goal * grasped
+        return np.where(success, 5.0, staged) / 5.0
 
     def _expert_command(self):
         n = self.num_envs
@@ -496,4 +514,4 @@ class SO101Lift(SO101Env):
 
 TASKS: dict[str, type[SO101Env]] = {cls.task_name: cls for cls in (SO101Reach, SO101Push, SO101Lift)}
 for _cls in TASKS.values():
-    register_task(TaskSpec(_cls.task_name, _cls, OBS_MODES, REWARD_MODES, CONTROL_MODES, _cls.default_max_episode_steps))
+    register_task(TaskSpec(_cls.task_name, _cls, OBS_MODES, _cls.reward_modes, CONTROL_MODES, _cls.default_max_episode_steps))

@@ -135,3 +135,35 @@ def test_cartesian_floor_keeps_jaws_off_the_table():
         env.step(action)
     assert np.all(np.linalg.norm(env.tcp[:, :2] - start[:, :2], axis=1) > 0.04)
     env.close()
+
+
+def test_lift_staged_reward_stages_and_success_maximum():
+    """so101-lift's staged reward (ManiSkill3 PickCube's shape): reach only until the jaws hold the cube, +1 while
+    held and more as the held cube nears its goal above the start, and exactly 1 (the maximum) on success."""
+    env = rlrobot.make("so101-lift", 16, seed=0, reward_mode="staged")
+    env.reset(seed=0)
+    seen = {"reach": False, "held": False, "success": False}
+    for _ in range(100):
+        _, reward, terminated, truncated, info = env.step(env.expert_action())
+        live = (~(terminated | truncated)).numpy()  # ended envs already show their next episode's state
+        success = info["success"].numpy()
+        tcp_to_cube = np.linalg.norm(env.tcp - env.cube_pos, axis=1)
+        held = env.contacts.all(axis=1) & (tcp_to_cube < 0.03)
+        reach = (1.0 - np.tanh(5.0 * tcp_to_cube)) / 5.0
+        r = reward.numpy()
+        assert np.all((r >= 0.0) & (r <= 1.0 + 1e-6))
+        np.testing.assert_allclose(r[success], 1.0, atol=1e-6)
+        free = live & ~held & ~success
+        np.testing.assert_allclose(r[free], reach[free], atol=1e-5)  # nothing but reach before the grasp
+        on = live & held & ~success
+        assert np.all(r[on] >= reach[on] + 0.2 - 1e-6) and np.all(r[on] < 0.6 + 1e-6)  # the grasp's +1 (of 5) counts
+        seen["reach"] |= bool(free.any())
+        seen["held"] |= bool(on.any())
+        seen["success"] |= bool(success.any())
+    assert all(seen.values()), seen
+    env.close()
+
+
+def test_staged_reward_is_refused_for_tasks_without_it():
+    with pytest.raises(ValueError, match="reward_mode='staged' is not one of"):
+        rlrobot.make("so101-reach", 1, reward_mode="staged")
