@@ -73,6 +73,15 @@ SUCCESS = Figure("train.success", "eval success", ".2f", per_seed=True)
 RETURN = Figure("train.return", "return", ".1f")
 ENV_STEPS = Figure("train.env_steps", "env steps", ",.0f")
 TRAIN_WALL = Figure("train.wall_s", "training s", ".0f")
+PPO_LIFT_FIGURES = (SUCCESS, RETURN, Figure("train.peak_success", "peak eval success", ".2f"),
+                    Figure("train.train_success", "training success (last 200 episodes)", ".2f"), TRAIN_WALL)
+# the earlier so101-lift PPO preset (before the staged-reward recipe), pinned for the rows that were run with it
+OLD_PPO_LIFT_FLAGS = ("--num-envs", "128", "--ppo.rollout-steps", "24", "--ppo.gamma", "0.99", "--ppo.lam", "0.95",
+                      "--ppo.num-epochs", "5", "--ppo.num-minibatches", "4", "--ppo.lr", "1e-3", "--ppo.lr-schedule",
+                      "adaptive", "--policy.actor-hidden", "256", "128", "64", "--policy.critic-hidden", "256", "128", "64",
+                      "--policy.activation", "elu", "--update-threads", "0")
+SPARSE_PPO_LIFT_FLAGS = ("--reward-mode", "sparse", "--total-steps", "2000000", "--policy.init-noise-std", "0.5",
+                         "--ppo.entropy-coef", "0", "--eval-every", "10", "--eval-episodes", "32", *OLD_PPO_LIFT_FLAGS)
 
 # The SFT and Flow-Noise presets of so101-lift as flags, for the contact-study variants of the task (presets are
 # looked up by task name; tests/results check these flags rebuild the presets exactly).
@@ -158,22 +167,22 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(name="sac-so101-push", title="SAC so101-push, preset", task="so101-push", seeds=1,
           steps=(_train("so101-push", "sac"),), figures=(SUCCESS, RETURN, TRAIN_WALL),
           budget="400k env steps", cost="~40 min per seed idle", target=">= 0.9", curve="train.eval/success_rate"),
-    Entry(name="ppo-so101-lift", title="PPO so101-lift from scratch, preset (dense reward)", task="so101-lift", seeds=1,
-          steps=(_train("so101-lift", "ppo"),),
-          figures=(SUCCESS, RETURN, Figure("train.peak_success", "peak eval success", ".2f"),
-                   Figure("train.train_success", "training success (last 200 episodes)", ".2f"), TRAIN_WALL),
-          budget="5M env steps", cost="~35 min per seed idle", target=">= 0.8", curve="train.eval/success_rate"),
-    Entry(name="ppo-so101-lift-ms3-settings", title="PPO so101-lift from scratch with ManiSkill3 PickCube's PPO "
-          "settings (gamma 0.8, lambda 0.9, no entropy bonus, initial std 0.6, 512 envs x 50 steps, 32 minibatches x "
-          "8 epochs); our reward", task="so101-lift", seeds=1,
-          steps=(_train("so101-lift", "ppo", "--num-envs", "512", "--total-steps", "20000000", "--ppo.rollout-steps", "50",
-                        "--ppo.gamma", "0.8", "--ppo.lam", "0.9", "--ppo.entropy-coef", "0", "--policy.init-noise-std",
-                        "0.6", "--ppo.num-minibatches", "32", "--ppo.num-epochs", "8", "--eval-every", "40"),),
-          figures=(SUCCESS, RETURN, Figure("train.peak_success", "peak eval success", ".2f"),
-                   Figure("train.train_success", "training success (last 200 episodes)", ".2f"), TRAIN_WALL),
-          budget="20M env steps", cost="~2.5 h idle on 2 cores; minutes on a GPU with mjwarp", target=">= 0.8",
-          curve="train.eval/success_rate",
-          notes="a hypothesis from ManiSkill3's PPO baseline, not run yet; the reward differences are in the issue note"),
+    Entry(name="ppo-so101-lift", title="PPO so101-lift from scratch, preset: ManiSkill3 PickCube's staged reward and "
+          "PPO settings (gamma 0.8, lambda 0.9, no entropy, std 0.6, 128 envs x 50 steps, 3x256 tanh)",
+          task="so101-lift", seeds=3, group="headline", steps=(_train("so101-lift", "ppo"),),
+          figures=PPO_LIFT_FIGURES, budget="1.5M env steps", cost="~15 min per seed on one idle core",
+          target=">= 0.8", curve="train.eval/success_rate"),
+    Entry(name="ppo-so101-lift-dense-reward", title="study: the PPO lift preset with our dense reward instead of the "
+          "staged one (what the reward does)", task="so101-lift", seeds=1, group="study",
+          steps=(_train("so101-lift", "ppo", "--reward-mode", "dense"),), figures=PPO_LIFT_FIGURES,
+          budget="1.5M env steps", cost="~15 min per seed on one idle core", curve="train.eval/success_rate"),
+    Entry(name="ppo-so101-lift-default-ppo", title="study: the staged reward with the earlier preset's PPO settings "
+          "(gamma 0.99, lambda 0.95, entropy 0.01, std 1.0, 24-step rollouts, lr 1e-3 adaptive, 256-128-64 ELU; what "
+          "the settings do)", task="so101-lift", seeds=1, group="study",
+          steps=(_train("so101-lift", "ppo", *OLD_PPO_LIFT_FLAGS[:-2], "--ppo.entropy-coef", "0.01",
+                        "--policy.init-noise-std", "1.0"),),
+          figures=PPO_LIFT_FIGURES, budget="1.5M env steps", cost="~15 min per seed on one idle core",
+          curve="train.eval/success_rate"),
     Entry(name="ppo-maniskill-pushcube", title="PPO maniskill:PushCube-v1 (state, CPU sim, 16 envs), preset",
           task="maniskill:PushCube-v1", seeds=1, steps=(_train("maniskill:PushCube-v1", "ppo"),),
           figures=(Figure("train.train_success", "training success (last episodes)", ".2f", per_seed=True),
@@ -228,8 +237,6 @@ ENTRIES = ENTRIES + tuple(e for variant, (what, _) in STUDY_VARIANTS.items() for
 
 # JSRL (issue 18): sparse-reward so101-lift, PPO with the scripted expert / a 10-demo SFT flow checkpoint as the guide,
 # and PPO from scratch on the same sparse reward and settings (the baseline that stays at zero).
-SPARSE_PPO_LIFT_FLAGS = ("--reward-mode", "sparse", "--total-steps", "2000000", "--policy.init-noise-std", "0.5",
-                         "--ppo.entropy-coef", "0", "--eval-every", "10", "--eval-episodes", "32")
 _JSRL_FIGURES = (SUCCESS, Figure("train.peak_success", "peak eval success", ".2f"),
                  Figure("train.train_success", "training success (last 200 episodes)", ".2f"), TRAIN_WALL)
 
