@@ -32,6 +32,7 @@ from .registry import PolicySpec, register_policy
 
 SAMPLE_MODES = ("ode", "noise", "sde")
 INSTRUCTION_KEY = "instruction_embedding"  # a sentence embedding (tasks/so101_suite.py): not normalised, fused
+TOKENS_KEY = "instruction_tokens"  # token ids over a task's vocabulary (tasks/so101_suite.py): embedded per position
 
 
 @dataclass
@@ -69,6 +70,23 @@ class FlowPolicyConfig:
     the other encoders' features) or "film" (scales and shifts the fused observation embedding)"""
     instruction_dim: int = 64
     """width of the instruction projection ("concat")"""
+    instruction_vocab: int = 64
+    """("instruction_tokens" in obs_keys) size of the token embedding table: at least the task's vocabulary"""
+    state_entities: tuple[str, ...] = ()
+    """entity-attention state encoder (language-conditioned suites): each entry is one kind of entity, written
+    "start:count:width[+start:count:width...]": `count` entities whose features are the `width` values at
+    state[start + i * width] (several parts concatenated per entity). The instruction ("instruction_tokens" or
+    "instruction_embedding" in obs_keys) makes entity_queries queries; each picks entities by their learned identity
+    (slot) and returns their features, so the policy reads the instructed object and goal and not the distractors.
+    The state's other dimensions (the arm) go through the state MLP. Empty = the plain state MLP"""
+    entity_dim: int = 64
+    """(state_entities) width of an entity token"""
+    entity_queries: int = 4
+    """(state_entities) queries made from the instruction (e.g. object and goal of two subtasks)"""
+    state_std_min: float = 1e-3
+    """floor of the state normaliser's std (fitted on the demonstrations): dimensions that barely move in the data
+    (an object's tilt, ~1e-3) are otherwise scaled up to unit variance, and a policy fitted on a few demos keys on
+    that noise (the suite presets raise it)"""
     mean_flow: bool = False
     """average-velocity (MeanFlow) head u(x_t, r, t): each denoising step jumps its whole interval [t_next, t] with the
     interval's mean velocity, so 1-2 steps sample a chunk; trained through the instantaneous velocity it induces"""
@@ -92,9 +110,23 @@ class FlowPolicyConfig:
             raise ValueError("flow.obs_keys must name at least one observation key")
         if self.instruction_fusion not in ("concat", "film"):
             raise ValueError(f"flow.instruction_fusion={self.instruction_fusion!r} is not one of ('concat', 'film')")
+        if self.state_std_min <= 0:
+            raise ValueError(f"flow.state_std_min must be > 0, got {self.state_std_min}")
         if not 0.0 <= self.mean_flow_ratio <= 1.0:
             raise ValueError(f"flow.mean_flow_ratio must be in [0, 1], got {self.mean_flow_ratio}")
-        if self.obs_keys == (INSTRUCTION_KEY,) and self.instruction_fusion == "film":
+        if INSTRUCTION_KEY in self.obs_keys and TOKENS_KEY in self.obs_keys:
+            raise ValueError(f"flow.obs_keys: pick one instruction form, {INSTRUCTION_KEY!r} or {TOKENS_KEY!r}")
+        if self.state_entities:
+            if "state" not in self.obs_keys or not {INSTRUCTION_KEY, TOKENS_KEY} & set(self.obs_keys):
+                raise ValueError("flow.state_entities needs 'state' and an instruction ('instruction_tokens' or "
+                                 "'instruction_embedding') in flow.obs_keys")
+            parse_entities(self.state_entities)
+            if self.entity_dim < 1 or self.entity_queries < 1:
+                raise ValueError(f"flow.entity_dim and flow.entity_queries must be >= 1, got {self.entity_dim} / "
+                                 f"{self.entity_queries}")
+        if self.instruction_vocab < 2:
+            raise ValueError(f"flow.instruction_vocab must be >= 2, got {self.instruction_vocab}")
+        if set(self.obs_keys) <= {INSTRUCTION_KEY, TOKENS_KEY} and self.instruction_fusion == "film":
             raise ValueError("flow.instruction_fusion='film' modulates the other observations' embedding: add 'state' "
                              "or an image key to flow.obs_keys")
 
@@ -210,6 +242,86 @@ class ImageEncoder(nn.Module):
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         return self.proj(self.conv(image.float() / 255.0 - 0.5).flatten(1))
+
+
+def parse_entities(spec: tuple[str, ...]) -> list[list[tuple[int, int, int]]]:
+    """flow.state_entities -> per entity kind, its parts (start, count, width); the parts of a kind share count."""
+    kinds = []
+    for entry in spec:
+        parts = []
+        for part in entry.split("+"):
+            try:
+                start, count, width = (int(x) for x in part.split(":"))
+            except ValueError:
+                raise ValueError(f"flow.state_entities entry {entry!r}: parts are 'start:count:width' integers") from None
+            if start < 0 or count < 1 or width < 1:
+                raise ValueError(f"flow.state_entities entry {entry!r}: need start >= 0, count >= 1, width >= 1")
+            parts.append((start, count, width))
+        if len({c for _, c, _ in parts}) != 1:
+            raise ValueError(f"flow.state_entities entry {entry!r}: every part of an entity kind needs the same count")
+        kinds.append(parts)
+    return kinds
+
+
+class TokenEncoder(nn.Module):
+    """Instruction token ids [B, L] -> features: a learned vector per token plus one per position, flattened, so the
+    word order (which colour names the object, which the goal) is kept. A sentence embedding hardly separates
+    "push the blue cube to the red zone" from "push the red cube to the blue zone" (all-MiniLM-L6-v2: cosine 0.993)."""
+
+    def __init__(self, vocab: int, length: int, out_dim: int, activation: str, dim: int = 16):
+        super().__init__()
+        self.vocab = vocab
+        self.embed = nn.Embedding(vocab, dim)
+        self.position = nn.Parameter(torch.zeros(length, dim))
+        self.proj = nn.Sequential(nn.Linear(length * dim, out_dim), ACTIVATIONS[activation]())
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens.long().clamp(0, self.vocab - 1)) + self.position  # rollout storage keeps ids as floats
+        return self.proj(x.flatten(1))
+
+
+class EntityAttention(nn.Module):
+    """Language-conditioned state encoder: the state's entities (objects, containers, zones) become tokens; queries
+    made from the instruction attend over them by the entities' learned identities (keys are per-slot parameters, so
+    which entity a query picks depends on the words only), and return the picked entities' features. The remaining
+    state dimensions (the arm) go through an MLP. Few demonstrations then fit what the instruction names instead of
+    the distractors' positions."""
+
+    def __init__(self, spec: tuple[str, ...], state_dim: int, query_dim: int, cfg: FlowPolicyConfig):
+        super().__init__()
+        kinds = parse_entities(spec)
+        d = cfg.entity_dim
+        covered: set[int] = set()
+        self.proj = nn.ModuleList()
+        self.slots = nn.ParameterList()
+        for k, parts in enumerate(kinds):
+            count = parts[0][1]
+            index = torch.tensor([[start + i * width + j for start, _, width in parts for j in range(width)]
+                                  for i in range(count)])
+            if int(index.max()) >= state_dim:
+                raise ValueError(f"flow.state_entities entry {spec[k]!r} reaches state index {int(index.max())}; the "
+                                 f"state has {state_dim} dimensions")
+            covered |= set(index.flatten().tolist())
+            self.register_buffer(f"index_{k}", index, persistent=False)
+            self.proj.append(nn.Sequential(nn.Linear(index.shape[1], d), ACTIVATIONS[cfg.activation]()))
+            self.slots.append(nn.Parameter(torch.randn(count, d) * 0.5))
+        rest = [i for i in range(state_dim) if i not in covered]
+        self.register_buffer("rest", torch.tensor(rest, dtype=torch.long), persistent=False)
+        self.arm = mlp(len(rest), cfg.state_hidden[:-1], cfg.state_hidden[-1], cfg.activation)
+        self.query = nn.Linear(query_dim, cfg.entity_queries * d)
+        self.key = nn.Linear(d, d)
+        self.value = nn.Linear(d, d)
+        self.num_queries, self.dim = cfg.entity_queries, d
+        self.out_dim = cfg.state_hidden[-1] + cfg.entity_queries * d
+
+    def forward(self, state: torch.Tensor, instruction: torch.Tensor) -> torch.Tensor:
+        tokens = torch.cat([proj(state[:, getattr(self, f"index_{k}")]) + slot
+                            for k, (proj, slot) in enumerate(zip(self.proj, self.slots, strict=True))], dim=1)
+        keys = self.key(torch.cat(list(self.slots), dim=0))  # [M, d]: identity only
+        q = self.query(instruction).reshape(len(state), self.num_queries, self.dim)
+        attention = torch.softmax(q @ keys.T / math.sqrt(self.dim), dim=-1)  # [B, Q, M]
+        picked = (attention @ self.value(tokens)).flatten(1)
+        return torch.cat([self.arm(state[:, self.rest]), picked], dim=-1)
 
 
 class FlowSampling:
@@ -359,9 +471,19 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
         branches: dict[str, nn.Module] = {}
         widths = 0
         self.film: nn.Linear | None = None
+        self.tokens: TokenEncoder | None = None
+        self.entities: EntityAttention | None = None
         for key in self.obs_keys:
             shape = obs_shapes[key]
-            if key == INSTRUCTION_KEY:
+            if key == TOKENS_KEY:
+                self.tokens = TokenEncoder(cfg.instruction_vocab, shape[0], cfg.instruction_dim, act)
+                if cfg.instruction_fusion == "film":
+                    self.film = nn.Linear(cfg.instruction_dim, 2 * cfg.embed_dim)
+                    nn.init.zeros_(self.film.weight)
+                    nn.init.zeros_(self.film.bias)
+                else:
+                    widths += cfg.instruction_dim
+            elif key == INSTRUCTION_KEY:
                 if cfg.instruction_fusion == "film":
                     # zero-initialised: the policy starts as the unconditioned one, modulation is learnt
                     self.film = nn.Linear(shape[0], 2 * cfg.embed_dim)
@@ -374,8 +496,13 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
                 state_dim = shape[0]
                 self.register_buffer("state_mean", torch.zeros(state_dim))
                 self.register_buffer("state_std", torch.ones(state_dim))
-                branches[key] = mlp(state_dim, cfg.state_hidden[:-1], cfg.state_hidden[-1], act)
-                widths += cfg.state_hidden[-1]
+                if cfg.state_entities:
+                    query_dim = cfg.instruction_dim if TOKENS_KEY in self.obs_keys else obs_shapes[INSTRUCTION_KEY][0]
+                    self.entities = EntityAttention(cfg.state_entities, state_dim, query_dim, cfg)
+                    widths += self.entities.out_dim
+                else:
+                    branches[key] = mlp(state_dim, cfg.state_hidden[:-1], cfg.state_hidden[-1], act)
+                    widths += cfg.state_hidden[-1]
             elif len(shape) == 3:
                 branches[key] = ImageEncoder(cfg.image_channels, cfg.embed_dim, shape[-1])
                 widths += cfg.embed_dim
@@ -405,7 +532,7 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
         if "state" in obs and hasattr(self, "state_mean"):
             state = obs["state"].float()
             self.state_mean.copy_(state.mean(0).to(self.state_mean.device))
-            self.state_std.copy_(state.std(0).clamp_min(1e-3).to(self.state_std.device))
+            self.state_std.copy_(state.std(0).clamp_min(self.cfg.state_std_min).to(self.state_std.device))
 
     def value_parameters(self) -> Iterable[nn.Parameter]:
         return self.value_head.parameters()
@@ -415,6 +542,8 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
         return [p for p in self.parameters() if id(p) not in heads]
 
     def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.tokens is not None or self.entities is not None:
+            return self._encode_language(obs)
         parts = []
         for key in self.obs_keys:
             if key not in self.branches:
@@ -428,6 +557,33 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
         emb = self.fuse(torch.cat(parts, dim=-1))
         if self.film is not None:
             scale, shift = self.film(obs[INSTRUCTION_KEY].float()).chunk(2, dim=-1)
+            emb = emb * (1.0 + scale) + shift
+        return emb
+
+    def _encode_language(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """encode() with instruction tokens and / or the entity-attention state encoder (the suite presets)."""
+        words = self.tokens(obs[TOKENS_KEY]) if self.tokens is not None else None
+        instruction = words if words is not None else obs[INSTRUCTION_KEY].float()
+        parts = []
+        for key in self.obs_keys:
+            if key == TOKENS_KEY:
+                if self.film is None:
+                    parts.append(words)
+                continue
+            if key == INSTRUCTION_KEY and self.tokens is not None:
+                continue  # the tokens carry the instruction
+            if key not in self.branches and not (key == "state" and self.entities is not None):
+                continue
+            x = obs[key]
+            if key == INSTRUCTION_KEY:
+                x = x.float()
+            elif x.dim() == 2:
+                x = ((x - self.state_mean) / self.state_std).clamp(-10.0, 10.0)
+            parts.append(self.entities(x, instruction) if key == "state" and self.entities is not None
+                         else self.branches[key](x))
+        emb = self.fuse(torch.cat(parts, dim=-1))
+        if self.film is not None:
+            scale, shift = self.film(instruction).chunk(2, dim=-1)
             emb = emb * (1.0 + scale) + shift
         return emb
 

@@ -162,6 +162,16 @@ class SO101Suite(SO101Env):
     default_max_episode_steps = 150
     state_dim = 6 + 6 + 3 + 3 + 3 + len(OBJECTS) * 7 + 2 * 3 + 4 * 2 + len(OBJECTS) * 2
 
+    # where each entity's features sit in ``state`` (``_state_obs``): flow.state_entities of the suite presets, so
+    # the policy's entity attention reads objects (position, orientation, jaw contacts), containers and zones
+    _arm_dims = 6 + 6 + 3 + 3 + 3
+    _quat_start = _arm_dims + 3 * len(OBJECTS)
+    _container_start = _quat_start + 4 * len(OBJECTS)
+    _zone_start = _container_start + 3 * len(CONTAINERS)
+    _contact_start = _zone_start + 2 * len(COLOURS)
+    state_entities = (f"{_arm_dims}:{len(OBJECTS)}:3+{_quat_start}:{len(OBJECTS)}:4+{_contact_start}:{len(OBJECTS)}:2",
+                      f"{_container_start}:{len(CONTAINERS)}:3", f"{_zone_start}:{len(COLOURS)}:2")
+
     def __init__(self, num_envs: int, *, swapped_instruction: bool = False, **kw: Any):
         """``swapped_instruction``: every episode shows the policy a colour-swapped instruction
         (``colour_swapped_spec``) and still judges success on the task it drew: a policy that follows the words

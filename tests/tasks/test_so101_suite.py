@@ -100,6 +100,29 @@ def test_instruction_tensors_match_the_strings():
     env.close()
 
 
+def test_state_entities_point_at_each_entity_in_the_state():
+    """flow.state_entities of the suite presets: object i's parts are its position, orientation and jaw contacts,
+    then the containers' and the zones' positions, exactly where _state_obs writes them; the rest is the arm."""
+    from rlrobot.policies.flow import parse_entities
+
+    env = rlrobot.make("so101-suite", 4, seed=3)
+    obs, _ = env.reset(seed=3)
+    for _ in range(3):
+        obs = env.step(env.expert_action())[0]
+    state = obs["state"].numpy()
+    objects, containers, zones = parse_entities(SO101Suite.state_entities)
+    (pos, n, _), (quat, _, _), (contacts, _, _) = objects
+    assert n == 6 and state.shape[1] == SO101Suite.state_dim
+    np.testing.assert_allclose(state[:, pos:pos + 18].reshape(4, 6, 3), env.body_pos, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(state[:, quat:quat + 24].reshape(4, 6, 4), env.body_quat, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(state[:, contacts:contacts + 12], env.contacts.astype(np.float32))
+    start, count, width = containers[0]
+    np.testing.assert_allclose(state[:, start:start + count * width].reshape(4, 2, 3), env.container_pos, atol=1e-6)
+    start, count, width = zones[0]
+    np.testing.assert_allclose(state[:, start:start + count * width].reshape(4, 4, 2), env.zone_pos[:, :, :2], atol=1e-6)
+    env.close()
+
+
 def test_long_horizon_index_advances_only_on_the_done_flag():
     env = rlrobot.make("so101-long-horizon", 8, seed=4, max_episode_steps=300)
     env.reset(seed=4)
