@@ -69,9 +69,10 @@ def _seeded(token: str, entry_root: Path) -> str:
 def git_state(cwd: Path | None = None) -> dict[str, Any]:
     """Commit and uncommitted tracked paths of the working tree (the code a step ran)."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False).stdout.strip()
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False).stdout
 
-    commit = git("rev-parse", "HEAD")
+    commit = git("rev-parse", "HEAD").strip()
+    # porcelain lines are "XY path": no strip of the whole output, whose first line may start with a blank X
     dirty = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines() if line.strip()]
     return {"git_commit": commit or "unknown", "git_dirty": bool(dirty), "dirty_paths": dirty}
 

@@ -84,3 +84,25 @@ def test_placeholders_name_earlier_steps_only(tmp_path):
                 steps=(Step("a", "train", ("train", "--init", "{b}")), Step("b", "train", ("train",))))
     with pytest.raises(ValueError, match="placeholder 'b'"):
         step_argv(bad, bad.steps[0], 0, tmp_path)
+
+
+def test_git_state_names_modified_paths_exactly(tmp_path):
+    """Porcelain lines start with a blank status column for unstaged changes: the first path keeps its first letter."""
+    import subprocess
+
+    from rlrobot.results.runner import git_state
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    for name in ("configs.py", "b.py"):
+        (tmp_path / name).write_text("x = 1\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "init")
+    for name in ("configs.py", "b.py"):
+        (tmp_path / name).write_text("x = 2\n")
+    state = git_state(tmp_path)
+    assert state["git_dirty"] and sorted(state["dirty_paths"]) == ["b.py", "configs.py"]
+    assert len(state["git_commit"]) == 40
