@@ -46,10 +46,23 @@ class PRMConfig(AlgorithmConfig):
     """share of pairs of one frame twice (delta 0)"""
     mismatched_share: float = 0.2
     """share of pairs (and done frames) shown another instruction of the data (delta 0, done 0)"""
+    hard_mismatch_share: float = 0.0
+    """share of the pairs' mismatched instructions drawn from the same suite family (hard negatives), the rest uniform"""
+    done_mismatched_share: float = -1.0
+    """share of the completion loss's frames shown another instruction (done 0); -1 = prm.mismatched_share"""
     done_weight: float = 0.5
     """weight of the completion model's loss"""
+    done_positive_share: float = 0.0
+    """share of the completion loss's frames drawn from done frames (0 = uniform over frames)"""
+    match_weight: float = 0.5
+    """weight of the match head's loss (--prm-net.match-gate)"""
     min_time_correlation: float = 0.5
     """VLAC's filter: an episode trains progress only if Spearman(labels, time) >= this"""
+    filter_failures: bool = True
+    """apply the time-correlation filter to failed episodes too (False: successes only; a failure's labels are the
+    task's measured progress, and the ones that rise and fall teach regressions)"""
+    calibration_episodes: int = 0
+    """episodes per dataset directory kept out of training to choose the done threshold on (0 = training frames)"""
     exclude_families: tuple[str, ...] = ()
     """suite families whose datasets are left out of training (the held-out-family test), e.g. stack"""
     eval_dataset: str = ""
@@ -60,6 +73,9 @@ class PRMConfig(AlgorithmConfig):
     """frames between the pairs of the evaluation's progress curves"""
     max_episodes: int = 0
     """use only the first N episodes of the data (0 = all)"""
+    init: str = ""
+    """warm start: a PRM run / checkpoint (rlrobot train --algo prm) of the same observation space and widths whose
+    weights start this run (a head it lacks, e.g. --prm-net.match-gate's, starts fresh); '' = random"""
     updates_per_iteration: int = 100
     """gradient steps between log lines (one runner iteration)"""
 
@@ -67,11 +83,17 @@ class PRMConfig(AlgorithmConfig):
         for name in ("num_updates", "batch_size", "max_skip", "updates_per_iteration", "eval_stride"):
             if getattr(self, name) < 1:
                 raise ValueError(f"prm.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("holdout_episodes", "max_episodes"):
+        for name in ("holdout_episodes", "max_episodes", "calibration_episodes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"prm.{name} must be >= 0, got {getattr(self, name)}")
-        if self.lr <= 0 or self.weight_decay < 0 or self.max_grad_norm <= 0 or self.done_weight < 0:
-            raise ValueError("prm.lr and prm.max_grad_norm must be > 0, prm.weight_decay and prm.done_weight >= 0")
+        if self.lr <= 0 or self.weight_decay < 0 or self.max_grad_norm <= 0 or self.done_weight < 0 or self.match_weight < 0:
+            raise ValueError("prm.lr and prm.max_grad_norm must be > 0, prm.weight_decay, prm.done_weight and "
+                             "prm.match_weight >= 0")
+        if self.done_mismatched_share != -1.0 and not 0.0 <= self.done_mismatched_share <= 1.0:
+            raise ValueError(f"prm.done_mismatched_share must be in [0, 1] or -1, got {self.done_mismatched_share}")
+        for name in ("hard_mismatch_share", "done_positive_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"prm.{name} must be in [0, 1], got {getattr(self, name)}")
         shares = (self.anchor_share, self.reversed_share, self.repeated_share, self.mismatched_share)
         if any(not 0.0 <= s <= 1.0 for s in shares) or sum(shares[1:]) >= 1.0:
             raise ValueError(f"prm.*_share must be in [0, 1] and reversed + repeated + mismatched < 1, got {shares}")
@@ -96,21 +118,28 @@ class PRMConfig(AlgorithmConfig):
 class PRMLearner:
     """Owns the model's optimizer and the update counter (``state_dict`` for --resume)."""
 
-    def __init__(self, model: VLACProgressModel, data, cfg: PRMConfig, device: torch.device):
+    def __init__(self, model: VLACProgressModel, data, cfg: PRMConfig, device: torch.device, calibration_data=None):
         self.model, self.data, self.cfg, self.device = model, data, cfg, device
+        self.calibration_data = calibration_data  # episodes kept out of training for the done threshold (None: training)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.updates = 0
         self.candidates = torch.nonzero(data.trains_progress).squeeze(1)
+        self.positives = torch.nonzero(data.done).squeeze(1)
 
     def lr(self) -> float:
         frac = min(self.updates / max(self.cfg.num_updates, 1), 1.0)
         return self.cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * frac)))
 
     def losses(self, batch) -> dict[str, torch.Tensor]:
-        delta = torch.tanh(self.model.delta_logits(batch.before, batch.after, batch.embedding))
+        from rlrobot.data.progress_labels import MISMATCHED
+
+        delta, match = self.model.delta(batch.before, batch.after, batch.embedding)
         done_logit = self.model.done_logits(batch.done_obs, batch.done_embedding)
-        return {"delta_mse": (delta - batch.delta).pow(2).mean(),
-                "done_bce": nn.functional.binary_cross_entropy_with_logits(done_logit, batch.done)}
+        out = {"delta_mse": (delta - batch.delta).pow(2).mean(),
+               "done_bce": nn.functional.binary_cross_entropy_with_logits(done_logit, batch.done)}
+        if match is not None:  # the gate's own target: does the instruction belong to this pair's episode?
+            out["match_bce"] = nn.functional.binary_cross_entropy_with_logits(match, (batch.kind != MISMATCHED).float())
+        return out
 
     def update(self, n: int, generator: torch.Generator) -> dict[str, float]:
         from rlrobot.data.progress_labels import sample_pairs
@@ -120,9 +149,12 @@ class PRMLearner:
         self.model.train()
         for _ in range(n):
             batch = sample_pairs(self.data, cfg.batch_size, generator, cfg.max_skip, cfg.anchor_share, cfg.reversed_share,
-                                 cfg.repeated_share, cfg.mismatched_share, candidates=self.candidates)
+                                 cfg.repeated_share, cfg.mismatched_share, candidates=self.candidates,
+                                 hard_mismatch_share=cfg.hard_mismatch_share, done_positive_share=cfg.done_positive_share,
+                                 positives=self.positives,
+                                 done_mismatched_share=None if cfg.done_mismatched_share < 0 else cfg.done_mismatched_share)
             losses = self.losses(batch)
-            loss = losses["delta_mse"] + cfg.done_weight * losses["done_bce"]
+            loss = losses["delta_mse"] + cfg.done_weight * losses["done_bce"] + cfg.match_weight * losses.get("match_bce", 0.0)
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr()
             self.optimizer.zero_grad(set_to_none=True)
@@ -137,9 +169,9 @@ class PRMLearner:
 
     @torch.no_grad()
     def calibrate_done_threshold(self, max_frames: int = 20_000, seed: int = 0) -> dict[str, float]:
-        """The done threshold with the best F1 on (up to ``max_frames``) training frames, set on the model (the
-        held-out data is never looked at)."""
-        data = self.data
+        """The done threshold with the best F1 on (up to ``max_frames``) frames of the calibration episodes (else of the
+        training data), set on the model (the held-out test data is never looked at)."""
+        data = self.calibration_data if self.calibration_data is not None else self.data
         gen = torch.Generator(device=data.device).manual_seed(seed)
         idx = torch.randperm(len(data), generator=gen, device=data.device)[:max_frames]
         probs = torch.cat([torch.sigmoid(self.model.done_logits(data.frames(chunk), data.embedding(chunk)))
@@ -153,7 +185,7 @@ class PRMLearner:
             best = max(best, (f1, round(threshold, 2)))
         self.model.done_threshold = best[1]
         self.model.cfg.done_threshold = best[1]
-        return {"done_threshold": best[1], "train_done_f1": best[0]}
+        return {"done_threshold": best[1], "calibration_done_f1": best[0]}
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "updates": self.updates}
@@ -194,6 +226,7 @@ def subset(data, keep_mask):
     start = starts[new_index]
     kept_eps = torch.unique_consecutive(episodes).tolist()
     return ProgressData(obs=data.frames(idx), instruction_id=data.instruction_id[idx],
+                        instruction_family=data.instruction_family,
                         instruction_embeddings=data.instruction_embeddings, instructions=data.instructions,
                         progress=data.progress[idx], done=data.done[idx], episode_index=new_index, episode_start=start,
                         trains_progress=data.trains_progress[idx], episode_info=[data.episode_info[e] for e in kept_eps],

@@ -5,7 +5,10 @@ Per episode, the PRM's progress curve (VLAC value update over pairs (t - stride,
 probability against the done pseudo labels, one PNG of up to 16 episodes; and the metrics of issue 20:
 
 - ``spearman_mean``: mean over episodes (with non-constant labels) of Spearman(predicted curve, true progress);
-  ``spearman_success`` / ``spearman_failed`` split by outcome; target >= 0.9;
+  ``spearman_success`` / ``spearman_failed`` split by outcome; target >= 0.9. ``spearman_anchored``: the same for
+  the curve the ``prm:PATH`` reward uses as its potential, delta(s_0, s_t) of every frame from the episode's first
+  (no accumulation of pair errors; it can fall with the task's progress); ``spearman_moving``: over the episodes
+  whose true progress spans >= 0.05 (a flat failure's Spearman ranks label noise) — diagnostics beside the target;
 - ``done_f1``: F1 of done_prob > the model's threshold against the per-frame done labels (all frames); target >= 0.9;
 - ``reversed_total_mean``: each episode that made progress (true progress rose by >= 0.2) played backwards, the sum of
   its pair deltas (stride as above); target < 0 (``reversed_negative_share``: the share of such episodes below 0);
@@ -81,6 +84,8 @@ def evaluate_prm(model, data, stride: int = 5, out: str | Path | None = None, se
         true = data.progress[idx].cpu().numpy()
         v = values.cpu().numpy()
         rho = spearman(v, true)
+        anchored, _ = model.progress({k: x[:1].expand_as(x) for k, x in obs.items()}, obs, emb)
+        rho_anchored = spearman(anchored.clamp_min(0.0).cpu().numpy(), true)
         pred_done.append(done.cpu().numpy() > model.done_threshold)
         true_done.append(data.done[idx].cpu().numpy())
         rev = {k: x.flip(0) for k, x in obs.items()}
@@ -93,7 +98,8 @@ def evaluate_prm(model, data, stride: int = 5, out: str | Path | None = None, se
         info = data.episode_info[e] if e < len(data.episode_info) else {}
         rows.append({"episode": e, "family": info.get("family"), "recipe": info.get("recipe"),
                      "success": bool(info.get("success", data.done[idx].any())), "length": int(b - a),
-                     "spearman": rho, "final_value": float(v[-1]), "true_final": float(true[-1]),
+                     "spearman": rho, "spearman_anchored": rho_anchored, "final_value": float(v[-1]),
+                     "moving": bool(true.max() - true.min() >= 0.05), "true_final": float(true[-1]),
                      "progressed": bool(true.max() - true[0] >= 0.2), "reversed_total": reversed_total,
                      "forward_total": float(forward.sum())})
         curves.append((v, true, done.cpu().numpy(), data.done[idx].cpu().numpy(), info))
@@ -111,6 +117,8 @@ def evaluate_prm(model, data, stride: int = 5, out: str | Path | None = None, se
         "spearman_success": mean([r["spearman"] for r in finite if r["success"]]),
         "spearman_failed": mean([r["spearman"] for r in finite if not r["success"]]),
         "spearman_episodes": len(finite),
+        "spearman_anchored": mean([r["spearman_anchored"] for r in rows if np.isfinite(r["spearman_anchored"])]),
+        "spearman_moving": mean([r["spearman"] for r in finite if r["moving"]]),
         "done_f1": _f1(pd, td), "done_precision": float((pd & td).sum() / max(pd.sum(), 1)),
         "done_recall": float((pd & td).sum() / max(td.sum(), 1)), "done_threshold": float(model.done_threshold),
         "reversed_total_mean": mean([r["reversed_total"] for r in progressed]),
@@ -172,12 +180,16 @@ def run_prm_eval(args: PRMEvalArgs) -> dict[str, Any]:
     model = load_progress_model(args.checkpoint, args.device)
     shapes = {k: tuple(v) for k, v in model.observation_space.items()}
     data = load_progress_data(args.dataset, model.obs_keys, shapes, device=args.device, max_episodes=args.max_episodes)
-    ckpt = resolve_checkpoint(args.checkpoint)
-    out = Path(args.out) if args.out else ckpt.parent.parent / "prm_eval"
+    from rlrobot.rewards.sarm import ADAPTER_FILE
+
+    sarm = (Path(args.checkpoint) / ADAPTER_FILE).is_file()  # a SARM adapter directory (the vla extra)
+    ckpt = Path(args.checkpoint) if sarm else resolve_checkpoint(args.checkpoint)
+    out = Path(args.out) if args.out else (ckpt / "prm_eval" if sarm else ckpt.parent.parent / "prm_eval")
     result = evaluate_prm(model, data, args.stride, out, args.seed)
     m = result["metrics"]
     console.print(f"PRM {ckpt} on {m['episodes']} episodes of {args.dataset}: Spearman {m['spearman_mean']:.3f} "
-                  f"(success {m['spearman_success']:.3f}, failed {m['spearman_failed']:.3f}), done F1 {m['done_f1']:.3f}, "
+                  f"(success {m['spearman_success']:.3f}, failed {m['spearman_failed']:.3f}; anchored curve "
+                  f"{m['spearman_anchored']:.3f}), done F1 {m['done_f1']:.3f}, "
                   f"reversed total {m['reversed_total_mean']:.3f} (forward {m['forward_total_mean']:.3f}, negative in "
                   f"{m['reversed_negative_share']:.2f}), mismatch |delta| ratio {m['mismatch_ratio']:.3f}; "
                   f"targets met {m['targets_met']}; {out}")

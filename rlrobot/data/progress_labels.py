@@ -96,6 +96,7 @@ class ProgressData:
     trains_progress: Tensor  # [N] bool: the episode passed the time-correlation filter
     episode_info: list[dict[str, Any]] = field(default_factory=list)  # per episode: dataset, success, kept, family
     info: dict[str, Any] = field(default_factory=dict)
+    instruction_family: Tensor | None = None  # [I] int64: the suite family each instruction was seen with (hard negatives)
 
     def __len__(self) -> int:
         return len(self.progress)
@@ -123,10 +124,12 @@ def _family(task: str | None) -> str:
 def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[str, tuple[int, ...]],
                        min_time_correlation: float = 0.5, device: torch.device | str = "cpu",
                        exclude_families: tuple[str, ...] = (), only_families: tuple[str, ...] = (),
-                       max_episodes: int = 0, flat_tolerance: float = 0.05) -> ProgressData:
+                       max_episodes: int = 0, flat_tolerance: float = 0.05, filter_failures: bool = True) -> ProgressData:
     """Read and label the datasets of ``spec`` (``DIR[,DIR...]``). Refuses (one line naming the feature) a dataset
     without an observation the PRM reads, or with another shape. ``exclude_families`` / ``only_families`` select
-    datasets by the suite family of the task they were collected on (``meta/rlrobot.json``)."""
+    datasets by the suite family of the task they were collected on (``meta/rlrobot.json``). ``filter_failures=False``
+    applies the time-correlation filter to successful episodes only: a failure's labels are the task's measured
+    progress (not time), so a failure that rises and falls is what teaches regressions, not label noise."""
     from rlrobot.data.demonstrations import obs_feature
     from rlrobot.data.lerobot_dataset import read_lerobot_dataset
     from rlrobot.data.transitions import dataset_meta
@@ -175,7 +178,7 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
             # "moving without progress is 0" (VLAC's stagnation negatives); only episodes whose labels move without
             # rising with time are filtered out
             flat = not ok and float(p.max() - p.min()) < flat_tolerance
-            keep = bool(flat or (np.isfinite(corr) and corr >= min_time_correlation))
+            keep = bool(flat or (not ok and not filter_failures) or (np.isfinite(corr) and corr >= min_time_correlation))
             for key in obs_keys:
                 values = frames[obs_feature(key)][rows]
                 obs[key].append(values if key == "state" else values.transpose(0, 3, 1, 2))
@@ -204,6 +207,10 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
     def t(x: np.ndarray, dtype=None) -> Tensor:
         return torch.as_tensor(np.ascontiguousarray(x), dtype=dtype, device=device)
 
+    families = sorted({e["family"] for e in episode_info})
+    family_of = {e["instruction"]: families.index(e["family"]) for e in episode_info}
+    instruction_family = np.array([family_of.get(x, -1) for x in instructions], np.int64)
+
     obs_t = {k: t(np.concatenate(v), torch.float32 if k == "state" else torch.uint8) for k, v in obs.items()}
     kept = sum(e["trains_progress"] for e in episode_info)
     info = {"datasets": used_dirs, "episodes": len(episode_info), "frames": total,
@@ -215,7 +222,7 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
                         progress=t(np.concatenate(progress)), done=t(np.concatenate(done)),
                         episode_index=t(np.concatenate(episode).astype(np.int64)),
                         episode_start=t(np.concatenate(start).astype(np.int64)), trains_progress=t(np.concatenate(trains)),
-                        episode_info=episode_info, info=info)
+                        episode_info=episode_info, info=info, instruction_family=t(instruction_family))
 
 
 @dataclass
@@ -233,18 +240,32 @@ class PairBatch:
 FORWARD, REVERSED, REPEATED, MISMATCHED = 0, 1, 2, 3
 
 
-def other_instruction(data: ProgressData, ids: Tensor, generator: torch.Generator) -> Tensor:
-    """A different instruction id for each of ``ids`` (uniform over the others)."""
+def other_instruction(data: ProgressData, ids: Tensor, generator: torch.Generator, same_family_share: float = 0.0
+                      ) -> Tensor:
+    """A different instruction id for each of ``ids``: uniform over the others, or (a ``same_family_share`` of them)
+    uniform over the other instructions of the same suite family (hard negatives: "the red cube" for "the blue cube",
+    which a uniform draw, mostly another family, rarely shows)."""
     n = len(data.instructions)
     if n < 2:
         return ids
     shift = torch.randint(1, n, ids.shape, generator=generator, device=ids.device)
-    return (ids + shift) % n
+    out = (ids + shift) % n
+    fam = data.instruction_family
+    if same_family_share <= 0 or fam is None:
+        return out
+    # a random other instruction of the same family: rank the family's members by a random key, excluding ids itself
+    same = (fam[None, :] == fam[ids][:, None]) & (torch.arange(n, device=ids.device)[None, :] != ids[:, None])
+    key = torch.rand(same.shape, generator=generator, device=ids.device).masked_fill(~same, -1.0)
+    hard = key.argmax(1)
+    use = (torch.rand(ids.shape, generator=generator, device=ids.device) < same_family_share) & same.any(1)
+    return torch.where(use, hard, out)
 
 
 def sample_pairs(data: ProgressData, batch_size: int, generator: torch.Generator, max_skip: int = 40,
                  anchor_share: float = 0.2, reversed_share: float = 0.25, repeated_share: float = 0.1,
-                 mismatched_share: float = 0.15, candidates: Tensor | None = None) -> PairBatch:
+                 mismatched_share: float = 0.15, candidates: Tensor | None = None, hard_mismatch_share: float = 0.0,
+                 done_positive_share: float = 0.0, positives: Tensor | None = None,
+                 done_mismatched_share: float | None = None) -> PairBatch:
     """One training batch: ``batch_size`` labelled pairs (module docstring) and ``batch_size`` frames for the done
     loss. ``candidates``: the flat frame indices pairs end at (default: the frames of episodes that train progress)."""
     dev = data.device
@@ -269,11 +290,19 @@ def sample_pairs(data: ProgressData, batch_size: int, generator: torch.Generator
     delta = relative_delta(data.progress[b], data.progress[a])
     delta = torch.where((kind == REPEATED) | (kind == MISMATCHED), torch.zeros_like(delta), delta)
     ids = data.instruction_id[j]
-    ids = torch.where(kind == MISMATCHED, other_instruction(data, ids, generator), ids)
+    ids = torch.where(kind == MISMATCHED, other_instruction(data, ids, generator, hard_mismatch_share), ids)
     # completion: frames of every episode (the filtered ones too); a share with a mismatched instruction (not done)
     f = torch.randint(len(data), (batch_size,), generator=generator, device=dev)
+    if done_positive_share > 0:  # a share drawn from done frames (rare in long episodes that succeed late)
+        positives = torch.nonzero(data.done).squeeze(1) if positives is None else positives
+        if len(positives):
+            pos = positives[torch.randint(len(positives), (batch_size,), generator=generator, device=dev)]
+            f = torch.where(torch.rand(batch_size, generator=generator, device=dev) < done_positive_share, pos, f)
     f_ids = data.instruction_id[f]
-    wrong = torch.rand(batch_size, generator=generator, device=dev) < mismatched_share
+    # (hard, same-family negatives train the pairs only: on a done frame they ask the completion model for exact
+    # relations it then misses on held-out scenes, measured as a recall loss on long-horizon)
+    share = mismatched_share if done_mismatched_share is None else done_mismatched_share
+    wrong = torch.rand(batch_size, generator=generator, device=dev) < share
     f_ids = torch.where(wrong, other_instruction(data, f_ids, generator), f_ids)
     return PairBatch(before=data.frames(b), after=data.frames(a), embedding=data.instruction_embeddings[ids], delta=delta,
                      kind=kind, done_obs=data.frames(f), done_embedding=data.instruction_embeddings[f_ids],

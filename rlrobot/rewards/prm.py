@@ -76,6 +76,9 @@ class PRMNetConfig:
     """image encoder: stride-2 3x3 convs (a small net trained here), then a linear layer to embed_dim"""
     done_threshold: float = 0.5
     """done_prob above this is done (``rlrobot train --algo prm`` sets it at the end to the best F1 on training frames)"""
+    match_gate: bool = False
+    """a match head P(the instruction fits this pair) multiplies the delta (trained by BCE: mismatched instructions 0,
+    the episode's own 1), so a mismatched instruction's progress is driven to 0 rather than only regressed towards it"""
 
     def validate(self, run=None) -> None:
         if not self.obs_keys:
@@ -160,21 +163,34 @@ class VLACProgressModel(nn.Module):
         self.pair_in = nn.Linear(3 * cfg.embed_dim + cfg.text_dim, width)
         self.film = nn.Linear(cfg.text_dim, 2 * width)  # the instruction scales and shifts the pair features
         self.head = mlp(width, cfg.head_hidden[1:], 1)
+        self.match = mlp(width, cfg.head_hidden[1:], 1) if cfg.match_gate else None
         self.completion = CompletionModel(obs_space, cfg)
 
     def fit_state_stats(self, states: Tensor) -> None:
         self.encoder.fit_state_stats(states)
         self.completion.encoder.fit_state_stats(states)
 
-    def delta_logits(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
-                     ) -> Tensor:
-        """[B] pre-tanh progress delta (training uses it; ``progress`` returns tanh of it)."""
+    def pair_outputs(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
+                     ) -> tuple[Tensor, Tensor | None]:
+        """([B] pre-tanh progress delta, [B] match logit or None without ``match_gate``)."""
         e_b, e_a = self.encoder(obs_before), self.encoder(obs_after)
         t = self.text(instruction_embedding.float())
         h = self.pair_in(torch.cat([e_b, e_a, e_a - e_b, t], -1))
         scale, shift = self.film(t).chunk(2, -1)
         h = nn.functional.silu(nn.functional.layer_norm(h, h.shape[-1:]) * (1.0 + scale) + shift)
-        return self.head(h).squeeze(-1)
+        return self.head(h).squeeze(-1), (self.match(h).squeeze(-1) if self.match is not None else None)
+
+    def delta_logits(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
+                     ) -> Tensor:
+        """[B] pre-tanh progress delta (without the match gate; ``delta`` applies it)."""
+        return self.pair_outputs(obs_before, obs_after, instruction_embedding)[0]
+
+    def delta(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
+              ) -> tuple[Tensor, Tensor | None]:
+        """([B] progress delta in [-1, 1], [B] match logit or None): tanh(logit), times sigmoid(match) when gated."""
+        logit, match = self.pair_outputs(obs_before, obs_after, instruction_embedding)
+        delta = torch.tanh(logit)
+        return (delta if match is None else delta * torch.sigmoid(match)), match
 
     def done_logits(self, obs: dict[str, Tensor], instruction_embedding: Tensor) -> Tensor:
         return self.completion(obs, instruction_embedding)
@@ -182,7 +198,7 @@ class VLACProgressModel(nn.Module):
     @torch.no_grad()
     def progress(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
                  ) -> tuple[Tensor, Tensor]:
-        delta = torch.tanh(self.delta_logits(obs_before, obs_after, instruction_embedding))
+        delta, _ = self.delta(obs_before, obs_after, instruction_embedding)
         done = torch.sigmoid(self.done_logits(obs_after, instruction_embedding))
         return delta, done
 
@@ -242,8 +258,13 @@ def load_progress_model(path: str | Path, device: str | torch.device = "cpu",
 
     ``observation_space``: the env's (a gymnasium Dict space's ``.spaces``, or key -> shape); a PRM that reads a key
     the env lacks, or with another shape, is refused (ValueError naming the key). Only the checkpoint's
-    ``obs_keys`` and ``instruction_embedding`` are read from observations."""
+    ``obs_keys`` and ``instruction_embedding`` are read from observations. A directory of the SARM adapter
+    (``python -m rlrobot.rewards.sarm``, the ``vla`` extra) loads as that model, behind the same protocol."""
+    from rlrobot.rewards.sarm import ADAPTER_FILE, load_sarm
     from rlrobot.runners.checkpoint import load_checkpoint
+
+    if (Path(path) / ADAPTER_FILE).is_file():
+        return load_sarm(path, device, observation_space)
 
     weights, config, ckpt = load_checkpoint(path)
     meta = config.get("prm")

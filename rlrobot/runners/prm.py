@@ -30,17 +30,24 @@ class PRMRunner(Runner):
                              f"obs_mode={cfg.obs_mode!r}; it has {sorted(space.spaces)}")
         shapes = {k: tuple(space[k].shape) for k in net.obs_keys}
         data = load_progress_data(cfg.dataset, tuple(net.obs_keys), shapes, section.min_time_correlation, self.device,
-                                  exclude_families=section.exclude_families, max_episodes=section.max_episodes)
+                                  exclude_families=section.exclude_families, max_episodes=section.max_episodes,
+                                  filter_failures=section.filter_failures)
         if section.eval_dataset:
             self.data = data
             self.eval_data = load_progress_data(section.eval_dataset, tuple(net.obs_keys), shapes,
                                                 section.min_time_correlation, self.device)
         else:
             self.data, self.eval_data = split_holdout(data, section.holdout_episodes)
+        calibration = None
+        if section.calibration_episodes:  # a validation split of the training data for the done threshold
+            dirs = len({row["dataset"] for row in self.data.episode_info})
+            self.data, calibration = split_holdout(self.data, section.calibration_episodes * dirs)
         self.policy = VLACProgressModel({k: list(v) for k, v in shapes.items()}, net).to(self.device)
         if "state" in net.obs_keys:
             self.policy.fit_state_stats(self.data.obs["state"])
-        self.algo = PRMLearner(self.policy, self.data, section, self.device)
+        if section.init:
+            self._warm_start(section.init)
+        self.algo = PRMLearner(self.policy, self.data, section, self.device, calibration_data=calibration)
         self.meta["prm"] = prm_metadata(self.policy)
         self.meta["dataset"] = {"path": cfg.dataset, **self.data.info}
         if self.is_main:
@@ -48,6 +55,24 @@ class PRMRunner(Runner):
             console.print(f"PRM on {i['episodes']} episodes ({i['frames']} frames, {i['successful_episodes']} successful, "
                           f"{i['filtered_episodes']} filtered out of progress by time correlation) of {cfg.dataset}; "
                           f"families {i['families']}", soft_wrap=True)
+
+    def _warm_start(self, path: str) -> None:
+        """Weights (and state statistics) of another PRM run; only heads this net adds may be missing from it."""
+        from rlrobot.rewards.prm import check_observation_space
+        from rlrobot.runners.checkpoint import load_checkpoint
+
+        weights, config, ckpt = load_checkpoint(path)
+        if not config.get("prm"):
+            raise ValueError(f"prm.init: {ckpt} is not a process-reward-model checkpoint (no 'prm' entry in config.json)")
+        check_observation_space(config["prm"]["observation_space"], self.policy.observation_space, "this run")
+        mine = self.policy.state_dict()
+        bad = [k for k, v in weights.items() if k not in mine or mine[k].shape != v.shape]
+        if bad:
+            raise ValueError(f"prm.init: {ckpt} has another network ({bad[0]!r} differs); use the same --prm-net widths")
+        missing = self.policy.load_state_dict(weights, strict=False).missing_keys
+        if self.is_main:
+            console.print(f"PRM warm start from {ckpt}" + (f"; fresh: {sorted({k.split('.')[0] for k in missing})}"
+                                                           if missing else ""), soft_wrap=True)
 
     @property
     def total_iterations(self) -> int:
@@ -96,7 +121,9 @@ class PRMRunner(Runner):
         out = Path(self.out) / "prm_eval" if video else None
         m = evaluate_prm(self.policy, self.eval_data, stride=self.cfg.prm.eval_stride, out=out,
                          seed=self.cfg.seed)["metrics"]
-        console.print(f"PRM on {m['episodes']} held-out episodes: Spearman {m['spearman_mean']:.3f}, done F1 "
+        console.print(f"PRM on {m['episodes']} held-out episodes: Spearman {m['spearman_mean']:.3f} (success "
+                      f"{m['spearman_success']:.3f}, failed {m['spearman_failed']:.3f}, anchored "
+                      f"{m['spearman_anchored']:.3f}), done F1 "
                       f"{m['done_f1']:.3f}, reversed total {m['reversed_total_mean']:.3f}, mismatch ratio "
                       f"{m['mismatch_ratio']:.3f}", soft_wrap=True)
         return m

@@ -1,0 +1,133 @@
+"""PRM training options for the held-out targets (issue 20): hard (same-family) mismatched instructions, the match
+gate that drives a mismatched instruction's delta to 0, done-positive sampling, failures kept out of the time filter,
+and the done threshold chosen on calibration episodes kept out of training."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from rlrobot.algorithms.prm import PRMConfig, PRMLearner, split_holdout
+from rlrobot.data.progress_labels import MISMATCHED, ProgressData, other_instruction, sample_pairs
+from rlrobot.rewards.prm import PRMNetConfig, VLACProgressModel
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+TINY = PRMNetConfig(state_hidden=(32,), embed_dim=16, text_dim=8, head_hidden=(32, 32))
+
+
+def four_instruction_data(episodes: int = 16, length: int = 30, seed: int = 0) -> ProgressData:
+    """Instruction k moves state coordinate k from 0 to 1 (progress = time; done over the last fifth); instructions
+    0, 1 are family 0 and 2, 3 family 1; the other coordinates jitter."""
+    rng = np.random.default_rng(seed)
+    states, prog, ins, ep, start = [], [], [], [], []
+    for e in range(episodes):
+        k = e % 4
+        t = np.arange(length) / (length - 1)
+        s = rng.normal(0, 0.05, (length, 4)).astype(np.float32)
+        s[:, k] = t
+        states.append(s)
+        prog.append(t)
+        ins += [k] * length
+        ep += [e] * length
+        start += [e * length] * length
+    emb = torch.nn.functional.normalize(torch.randn(4, 384, generator=torch.Generator().manual_seed(seed)), dim=1)
+    n = episodes * length
+    progress = torch.as_tensor(np.concatenate(prog), dtype=torch.float32)
+    return ProgressData(obs={"state": torch.as_tensor(np.concatenate(states))}, instruction_id=torch.tensor(ins),
+                        instruction_embeddings=emb, instructions=["x", "y", "z", "w"], progress=progress,
+                        done=progress >= 0.8, episode_index=torch.tensor(ep), episode_start=torch.tensor(start),
+                        trains_progress=torch.ones(n, dtype=torch.bool),
+                        episode_info=[{"success": True, "family": f"f{e % 4 // 2}", "trains_progress": True,
+                                       "dataset": f"d{e % 2}"} for e in range(episodes)],
+                        instruction_family=torch.tensor([0, 0, 1, 1]))
+
+
+def test_hard_mismatches_come_from_the_same_family_and_never_the_own_instruction():
+    data = four_instruction_data()
+    ids = torch.tensor([0, 1, 2, 3] * 500)
+    g = torch.Generator().manual_seed(0)
+    hard = other_instruction(data, ids, g, same_family_share=1.0)
+    assert (hard != ids).all() and torch.equal(hard, ids ^ 1)  # the family's other member
+    uniform = other_instruction(data, ids, g)
+    assert (uniform != ids).all()
+    same = float((data.instruction_family[uniform] == data.instruction_family[ids]).float().mean())
+    assert 0.25 < same < 0.42  # uniform over the 3 others: 1 of 3 in the same family
+    half = other_instruction(data, ids, g, same_family_share=0.5)
+    same = float((data.instruction_family[half] == data.instruction_family[ids]).float().mean())
+    assert 0.6 < same < 0.73  # 0.5 + 0.5 / 3
+    data.instruction_family = None  # data without families: uniform
+    assert (other_instruction(data, ids, g, same_family_share=1.0) != ids).all()
+
+
+def test_done_positive_share_draws_done_frames():
+    data = four_instruction_data()
+    g = torch.Generator().manual_seed(0)
+    base = sample_pairs(data, 4000, g, mismatched_share=0.0)
+    more = sample_pairs(data, 4000, g, mismatched_share=0.0, done_positive_share=0.5)
+    assert abs(float(base.done.mean()) - float(data.done.float().mean())) < 0.03
+    assert abs(float(more.done.mean()) - (0.5 + 0.5 * float(data.done.float().mean()))) < 0.03
+
+
+@pytest.fixture(scope="module")
+def gated():
+    torch.manual_seed(0)
+    data = four_instruction_data()
+    model = VLACProgressModel({"state": [4]}, dataclasses.replace(TINY, match_gate=True))
+    model.fit_state_stats(data.obs["state"])
+    cfg = PRMConfig(num_updates=250, batch_size=64, lr=3e-3, max_skip=10, mismatched_share=0.3, hard_mismatch_share=0.5)
+    learner = PRMLearner(model, data, cfg, torch.device("cpu"))
+    stats = learner.update(250, torch.Generator().manual_seed(1))
+    return model, data, stats
+
+
+def test_match_gate_drives_mismatched_deltas_to_zero_and_keeps_forward_progress(gated):
+    model, data, stats = gated
+    assert stats["match_bce"] < 0.3
+    test = dataclasses.replace(four_instruction_data(episodes=8, seed=5), instruction_embeddings=data.instruction_embeddings)
+    j = torch.arange(8) * 30 + 20
+    i = j - 5
+    own, _ = model.progress(test.frames(i), test.frames(j), test.embedding(j))
+    wrong_ids = other_instruction(test, test.instruction_id[j], torch.Generator().manual_seed(2), same_family_share=1.0)
+    wrong, _ = model.progress(test.frames(i), test.frames(j), test.instruction_embeddings[wrong_ids])
+    assert (own > 0.05).all()
+    assert float(wrong.abs().mean()) < 0.2 * float(own.abs().mean())
+    # the gate is a factor in [0, 1] of the ungated delta, and training saw the mismatched kind
+    logit, match = model.pair_outputs(test.frames(i), test.frames(j), test.embedding(j))
+    assert match is not None and torch.allclose(own, torch.tanh(logit) * torch.sigmoid(match))
+    batch = sample_pairs(data, 512, torch.Generator().manual_seed(0), mismatched_share=0.3)
+    assert int((batch.kind == MISMATCHED).sum()) > 100
+
+
+def test_done_threshold_is_calibrated_on_the_calibration_episodes():
+    torch.manual_seed(0)
+    data = four_instruction_data()
+    train, calibration = split_holdout(data, 4)
+    assert calibration is not None and len(train) + len(calibration) == len(data)
+    assert not set(train.episode_start.tolist()) & set((calibration.episode_start + 10_000).tolist())
+    model = VLACProgressModel({"state": [4]}, TINY)
+    learner = PRMLearner(model, train, PRMConfig(num_updates=1), torch.device("cpu"), calibration_data=calibration)
+    seen = []
+    original = model.done_logits
+
+    def spy(obs, emb):
+        seen.append(len(emb))
+        return original(obs, emb)
+
+    model.done_logits = spy
+    out = learner.calibrate_done_threshold()
+    assert seen == [len(calibration)] and 0.05 <= out["done_threshold"] <= 0.95 == 0.95
+    assert model.done_threshold == out["done_threshold"] and 0.0 <= out["calibration_done_f1"] <= 1.0
+
+
+def test_new_options_are_validated():
+    from rlrobot.config import train_config
+
+    for field, value in (("hard_mismatch_share", 1.5), ("done_positive_share", -0.1), ("match_weight", -1.0),
+                         ("calibration_episodes", -1)):
+        cfg = train_config("prm", task="so101-suite", dataset="x", prm=PRMConfig(**{field: value}))
+        with pytest.raises(ValueError, match=f"prm.{field}"):
+            cfg.validate()
