@@ -15,14 +15,40 @@ from .registry import PolicySpec, register_policy
 ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 
 
+class _FastTanhFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        y = torch.sigmoid(2.0 * x).mul_(2.0).sub_(1.0)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)  # grad (1 - y^2), what torch.tanh's backward computes
+
+
+class FastTanh(nn.Module):
+    """tanh(x) computed as 2 sigmoid(2x) - 1 (within 2e-7 of torch.tanh, tested): on the CPU torch's tanh kernel is
+    ~15x slower than its sigmoid (255 us against 16 us for a 256 x 256 tensor on one core here), about an eighth of a
+    256x256 tanh MLP's PPO update. Opt-in (``activation="tanh-fast"``): not bit-identical to ``tanh``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _FastTanhFn.apply(x)
+
+
+# what the actor-critic and SAC MLPs accept: the shared activations plus the CPU-fast tanh
+MLP_ACTIVATIONS = {**ACTIVATIONS, "tanh-fast": FastTanh}
+
+
 @dataclass
 class ActorCriticConfig:
     actor_hidden: tuple[int, ...] = (256, 128, 64)
     """hidden layer widths of the actor MLP"""
     critic_hidden: tuple[int, ...] = (256, 128, 64)
     """hidden layer widths of the critic MLP"""
-    activation: Literal["elu", "relu", "tanh", "silu"] = "elu"
-    """hidden activation"""
+    activation: Literal["elu", "relu", "tanh", "silu", "tanh-fast"] = "elu"
+    """hidden activation; tanh-fast: tanh as 2 sigmoid(2x) - 1, several times faster on the CPU, within 2e-7 of tanh"""
     init_noise_std: float = 1.0
     """initial action std (Gaussian PPO policy)"""
     normalize_obs: bool = True
@@ -34,8 +60,8 @@ class ActorCriticConfig:
     "instruction_embedding" of the so101 suite tasks); "" = none (every task without instructions)"""
 
     def __post_init__(self):
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"policy.activation={self.activation!r} is not one of {sorted(ACTIVATIONS)}")
+        if self.activation not in MLP_ACTIVATIONS:
+            raise ValueError(f"policy.activation={self.activation!r} is not one of {sorted(MLP_ACTIVATIONS)}")
 
     @property
     def read_keys(self) -> list[str]:
@@ -51,7 +77,7 @@ class ActorCriticConfig:
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str) -> nn.Sequential:
     layers: list[nn.Module] = []
     for h in hidden:
-        layers += [nn.Linear(in_dim, h), ACTIVATIONS[activation]()]
+        layers += [nn.Linear(in_dim, h), MLP_ACTIVATIONS[activation]()]
         in_dim = h
     layers.append(nn.Linear(in_dim, out_dim))
     return nn.Sequential(*layers)
@@ -83,8 +109,13 @@ class ActorCritic(nn.Module):
             self.normalizer.update(obs[self.cfg.obs_key])
 
     def distribution(self, x: torch.Tensor) -> Normal:
+        mean, std = self.gaussian(x)
+        return Normal(mean, std)
+
+    def gaussian(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, std) of the action Gaussian, std expanded to the mean's shape (what ``distribution`` wraps)."""
         mean = self.actor(x)
-        return Normal(mean, self.log_std.exp().expand_as(mean))
+        return mean, self.log_std.exp().expand_as(mean)
 
     def act(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
         x = self.features(obs)

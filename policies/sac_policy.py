@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .actor_critic import ACTIVATIONS, ActorCriticConfig, instruction_dim, mlp, with_instruction
+from .actor_critic import MLP_ACTIVATIONS, ActorCriticConfig, instruction_dim, mlp, with_instruction
 from .normalizer import RunningNormalizer
 from .registry import PolicySpec, register_policy
 
@@ -73,7 +73,7 @@ class QEnsemble(nn.Module):
             layers.append(EnsembleLinear(num_critics, in_dim, h))
             if layer_norm:
                 layers.append(EnsembleLayerNorm(num_critics, h))
-            layers.append(ACTIVATIONS[activation]())
+            layers.append(MLP_ACTIVATIONS[activation]())
             in_dim = h
         layers.append(EnsembleLinear(num_critics, in_dim, 1))
         self.net = nn.Sequential(*layers)

@@ -107,12 +107,12 @@ class LocomotionEnv(MujocoVecEnv):
             mujoco.mj_forward(self.model, self.datas[i])
 
     def _gather_all(self) -> None:
-        v = self._views
-        np.stack(v["qpos"], out=self.qpos)
-        np.stack(v["qvel"], out=self.qvel)
+        g = self._gather
+        g("qpos", self.qpos)
+        g("qvel", self.qvel)
         if self.rne_post_constraint:
-            np.stack(v["cfrc_ext"], out=self.cfrc_ext)
-            np.stack(v["torso_xpos"], out=self.torso_xy)
+            g("cfrc_ext", self.cfrc_ext)
+            g("torso_xpos", self.torso_xy)
 
     # ---------------------------------------------------------------- task hooks
     def _position(self) -> np.ndarray:

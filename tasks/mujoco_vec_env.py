@@ -208,6 +208,7 @@ class MujocoVecEnv:
             "sensordata": [d.sensordata for d in ds], "ctrl": [d.ctrl for d in ds],
         }
         self._jac_rows = [(self.jacp[i], self.jacr[i]) for i in range(self.num_envs)]
+        self._gather_rows: dict[str, list[np.ndarray]] = {}  # per key: [1, ...] views for _gather, made on first use
         # live views of each MjData's bad-acceleration warning counter: looking it up per step cost 3 ms at 256 envs
         self._badqacc = [d.warning[mujoco.mjtWarning.mjWARN_BADQACC] for d in ds]
 
@@ -220,18 +221,27 @@ class MujocoVecEnv:
             jacp, jacr = self._jac_rows[i]
             mujoco.mj_jacSite(m, d, jacp, jacr, self._jac_site_id)
 
+    def _gather(self, key: str, out: np.ndarray | None = None) -> np.ndarray:
+        """Every env's ``self._views[key]`` array stacked along a new first axis (into ``out``). One C-level
+        ``np.concatenate`` over [1, ...] views made once: np.stack re-derives them in Python per call, ~3x slower
+        (90 against 32 us for 256 qpos arrays), a few percent of a 256-env step. Same values as np.stack."""
+        rows = self._gather_rows.get(key)
+        if rows is None:
+            rows = self._gather_rows[key] = [x[None] for x in self._views[key]]
+        return np.concatenate(rows, out=out)
+
     def _gather_all(self) -> None:
-        v = self._views
-        np.stack(v["qpos"], out=self.qpos)
-        np.stack(v["qvel"], out=self.qvel)
+        g = self._gather
+        g("qpos", self.qpos)
+        g("qvel", self.qvel)
         if len(self._site_ids):
-            self.site_pos[:] = np.stack(v["site_xpos"])[:, self._site_ids]
-            self.site_mat[:] = np.stack(v["site_xmat"])[:, self._site_ids]
+            self.site_pos[:] = g("site_xpos")[:, self._site_ids]
+            self.site_mat[:] = g("site_xmat")[:, self._site_ids]
         if len(self._body_ids):
-            self.body_pos[:] = np.stack(v["xpos"])[:, self._body_ids]
-            self.body_quat[:] = np.stack(v["xquat"])[:, self._body_ids]
+            self.body_pos[:] = g("xpos")[:, self._body_ids]
+            self.body_quat[:] = g("xquat")[:, self._body_ids]
         if len(self._contact_adr):
-            self.contacts[:] = np.stack(v["sensordata"])[:, self._contact_adr] > 0
+            self.contacts[:] = g("sensordata")[:, self._contact_adr] > 0
 
     def _step_one(self, i: int) -> None:
         m, d = self.models[self.model_index[i]], self.datas[i]

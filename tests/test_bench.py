@@ -69,10 +69,12 @@ def test_peers_bench_interleaves_and_reports_ratios(tmp_path):
     result = run_peers_bench(s, only=("ppo_rlrobot_native", "ppo_sb3", "raw_rlrobot_physics", "raw_envpool"),
                              progress_json=str(tmp_path / "p.json"))
     med = result["median"]
-    assert set(med) == {"ppo_rlrobot_native", "ppo_sb3", "raw_rlrobot_physics_2", "raw_envpool_2"}
+    assert set(med) == {"ppo_rlrobot_native", "ppo_rlrobot_native_fast", "ppo_sb3", "raw_rlrobot_physics_2", "raw_envpool_2"}
     assert all(len(v) == 2 and min(v) > 0 for v in result["samples"].values())
     ratio = result["ratios"]["PPO train: rlrobot native / SB3"]
     assert abs(ratio - med["ppo_rlrobot_native"] / med["ppo_sb3"]) < 1e-12
+    fast = result["ratios"]["PPO train: rlrobot native fast (tanh-fast, fused Adam) / SB3"]  # the opt-ins, beside
+    assert abs(fast - med["ppo_rlrobot_native_fast"] / med["ppo_sb3"]) < 1e-12
     assert json.loads((tmp_path / "p.json").read_text())["samples"]["ppo_sb3"] == result["samples"]["ppo_sb3"]
 
 

@@ -178,8 +178,13 @@ class SAC:
             nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
         self.critic_optimizer.step()
         stats = {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}
+        return self.actor_temperature_and_targets(x, stats)
 
-        # ---- actor and temperature (every actor_update_every critic updates)
+    def actor_temperature_and_targets(self, x: torch.Tensor, stats: dict[str, Any]) -> dict[str, Any]:
+        """The rest of an update once the critics stepped (shared by every SAC variant, e.g. cal-ql-online): the actor
+        and temperature steps (every ``actor_update_every`` critic updates) on features ``x``, the Polyak update of
+        the target critics, the update counter; returns ``stats`` with the actor's figures and alpha added."""
+        cfg, policy = self.cfg, self.policy
         if self.num_updates % cfg.actor_update_every == 0:
             policy.critic.requires_grad_(False)  # the actor loss must not leave gradients in the critics
             action, log_prob = policy.actor.sample(x.detach())

@@ -264,32 +264,7 @@ class WarmStartSAC(SAC):
             nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
         self.critic_optimizer.step()
         stats = {"critic_loss": td_loss.detach(), "cql_loss": cql_loss.detach(), "q_mean": q.detach().mean()}
-        if self.num_updates % cfg.actor_update_every == 0:
-            policy.critic.requires_grad_(False)
-            action, log_prob = policy.actor.sample(x.detach())
-            q_pi = policy.critic(x.detach(), action)
-            q_pi = q_pi.min(0).values if cfg.actor_q == "min" else q_pi.mean(0)
-            actor_loss = (self.alpha * log_prob - q_pi).mean()
-            self.actor_optimizer.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            self._reduce_gradients(policy.actor.parameters())
-            if cfg.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(policy.actor.parameters(), cfg.max_grad_norm)
-            self.actor_optimizer.step()
-            policy.critic.requires_grad_(True)
-            stats["actor_loss"], stats["entropy"] = actor_loss.detach(), -log_prob.detach().mean()
-            if cfg.autotune_alpha:
-                alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-                self.alpha_optimizer.zero_grad(set_to_none=True)
-                alpha_loss.backward()
-                self._reduce_gradients([self.log_alpha])
-                self.alpha_optimizer.step()
-                stats["alpha_loss"] = alpha_loss.detach()
-        with torch.no_grad():
-            torch._foreach_lerp_(list(policy.critic_target.parameters()), list(policy.critic.parameters()), cfg.tau)
-        self.num_updates += 1
-        stats["alpha"] = self.alpha
-        return stats
+        return self.actor_temperature_and_targets(x, stats)
 
 
 register_algorithm(AlgorithmSpec(

@@ -94,3 +94,63 @@ def test_ppo_learns_reach(tmp_path):
     first = np.mean([r["train/return"] for r in rows[3:8]])  # iterations 6-10: none finished an episode in 1-2
     last = np.mean([r["train/return"] for r in rows[-5:]])
     assert last > first + 5
+
+
+def _seeded_cheetah_run(tmp_path, name):
+    cfg = train_config("ppo", task="mujoco-HalfCheetah-v5", control_mode="joint_torque", num_envs=8, total_steps=8 * 16 * 2,
+                      seed=3, logger="none", out=str(tmp_path / name), eval_every=0, eval_episodes=1, eval_envs=1, video=False,
+                      torch_threads=1, update_threads=1, num_threads=1,
+                      ppo=PPOConfig(rollout_steps=16, num_minibatches=2, num_epochs=2),
+                      policy=ActorCriticConfig(actor_hidden=(16, 16), critic_hidden=(16, 16), activation="tanh"))
+    cfg.max_episode_steps = 20  # episodes end inside the run (autoreset, bootstrap) and the final evaluation is short
+    runner = OnPolicyRunner(cfg)
+    runner.learn()
+    return runner.policy.state_dict()
+
+
+def test_seeded_runs_are_bit_identical(tmp_path):
+    """The same seed gives the same learning outcome to the last bit (the update's host-sync-free bookkeeping and the
+    written-out Gaussian must not change it); a different seed does not."""
+    a, b = _seeded_cheetah_run(tmp_path, "a"), _seeded_cheetah_run(tmp_path, "b")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _updated_policy(**ppo):
+    torch.manual_seed(0)
+    policy = ActorCritic(3, 2, ActorCriticConfig(actor_hidden=(16,), critic_hidden=(16,)))
+    algo = PPO(policy, PPOConfig(rollout_steps=8, num_minibatches=2, num_epochs=2, **ppo), torch.device("cpu"), 4,
+               {"state": ((3,), torch.float32)})
+    g = torch.Generator().manual_seed(0)
+    for _ in range(8):
+        obs = {"state": torch.randn(4, 3, generator=g)}
+        with torch.no_grad():
+            action, log_prob, value, mean, std = algo.act(obs)
+        algo.storage.add(obs, actions=action, log_probs=log_prob, values=value, rewards=torch.randn(4, generator=g),
+                         dones=torch.zeros(4), action_mean=mean, action_std=std)
+    algo.storage.compute_returns(torch.zeros(4), 0.99, 0.95)
+    stats = algo.update(torch.Generator().manual_seed(1))
+    return policy.state_dict(), stats
+
+
+def test_fused_adam_is_the_same_update_up_to_rounding():
+    plain, plain_stats = _updated_policy()
+    again, again_stats = _updated_policy()
+    fused, _ = _updated_policy(fused_adam=True)
+    assert all(torch.equal(plain[k], again[k]) for k in plain) and plain_stats == again_stats
+    assert all(torch.allclose(plain[k], fused[k], atol=1e-5) for k in plain)
+    assert set(plain_stats) >= {"policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "lr"}
+
+
+def test_act_is_torch_distributions_normal_bit_for_bit():
+    torch.manual_seed(0)
+    policy = ActorCritic(5, 3, ActorCriticConfig(actor_hidden=(8,), critic_hidden=(8,)))
+    algo = PPO(policy, PPOConfig(), torch.device("cpu"), 4, {"state": ((5,), torch.float32)})
+    obs = {"state": torch.randn(4, 5)}
+    torch.manual_seed(1)
+    action, log_prob, value, mean, std = algo.act(obs)
+    torch.manual_seed(1)
+    dist = policy.distribution(policy.features(obs))
+    expected = dist.sample()
+    assert torch.equal(action, expected) and torch.equal(mean, dist.mean) and torch.equal(std, dist.stddev)
+    assert torch.equal(log_prob, dist.log_prob(expected).sum(-1))
+    assert torch.equal(value, policy.value(obs))

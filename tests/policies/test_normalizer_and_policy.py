@@ -36,3 +36,15 @@ def test_deterministic_action_is_the_mean():
     a1 = policy.act(obs, deterministic=True)
     assert torch.equal(a1, policy.act(obs, deterministic=True))
     assert not torch.equal(policy.act(obs), policy.act(obs))
+
+
+def test_fast_tanh_matches_tanh_and_its_gradient():
+    from rlrobot.policies.actor_critic import FastTanh
+
+    x = torch.linspace(-20, 20, 40001, dtype=torch.float32).requires_grad_()
+    y = FastTanh()(x)
+    assert (y - torch.tanh(x)).abs().max() < 2e-7
+    (g,) = torch.autograd.grad(y.sum(), x)
+    assert torch.allclose(g, 1 - torch.tanh(x.detach()) ** 2, atol=1e-6)
+    policy = ActorCritic(4, 2, ActorCriticConfig(actor_hidden=(8,), critic_hidden=(8,), activation="tanh-fast"))
+    assert isinstance(policy.actor[1], FastTanh)
