@@ -70,6 +70,15 @@ def test_done_positive_share_draws_done_frames():
     more = sample_pairs(data, 4000, g, mismatched_share=0.0, done_positive_share=0.5)
     assert abs(float(base.done.mean()) - float(data.done.float().mean())) < 0.03
     assert abs(float(more.done.mean()) - (0.5 + 0.5 * float(data.done.float().mean()))) < 0.03
+    # done frames get their own mismatched share (the pairs keep theirs); mismatched done frames are labelled 0
+    split = sample_pairs(data, 4000, g, mismatched_share=0.4, done_mismatched_share=0.0)
+    assert abs(float((split.kind == MISMATCHED).float().mean()) - 0.4) < 0.03
+    shown = (split.done_embedding @ data.instruction_embeddings.T).argmax(1)
+    state = split.done_obs["state"]
+    far = state.max(1).values > 0.5  # the moving coordinate names the frame's own instruction
+    assert int(far.sum()) > 1000 and torch.equal(shown[far], state[far].argmax(1))
+    all_wrong = sample_pairs(data, 1000, g, mismatched_share=0.0, done_mismatched_share=1.0)
+    assert float(all_wrong.done.sum()) == 0.0
 
 
 @pytest.fixture(scope="module")
