@@ -548,17 +548,20 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
         for key in self.obs_keys:
             if key not in self.branches:
                 continue
-            x = obs[key]
-            if key == INSTRUCTION_KEY:
-                x = x.float()
-            elif x.dim() == 2:
-                x = ((x - self.state_mean) / self.state_std).clamp(-10.0, 10.0)
-            parts.append(self.branches[key](x))
+            parts.append(self.branches[key](self._branch_input(key, obs[key])))
         emb = self.fuse(torch.cat(parts, dim=-1))
         if self.film is not None:
             scale, shift = self.film(obs[INSTRUCTION_KEY].float()).chunk(2, dim=-1)
             emb = emb * (1.0 + scale) + shift
         return emb
+
+    def _branch_input(self, key: str, x: torch.Tensor) -> torch.Tensor:
+        """An observation as its branch reads it: the instruction embedding as float, a flat state normalised."""
+        if key == INSTRUCTION_KEY:
+            return x.float()
+        if x.dim() == 2:
+            return ((x - self.state_mean) / self.state_std).clamp(-10.0, 10.0)
+        return x
 
     def _encode_language(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """encode() with instruction tokens and / or the entity-attention state encoder (the suite presets)."""
@@ -574,11 +577,7 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
                 continue  # the tokens carry the instruction
             if key not in self.branches and not (key == "state" and self.entities is not None):
                 continue
-            x = obs[key]
-            if key == INSTRUCTION_KEY:
-                x = x.float()
-            elif x.dim() == 2:
-                x = ((x - self.state_mean) / self.state_std).clamp(-10.0, 10.0)
+            x = self._branch_input(key, obs[key])
             parts.append(self.entities(x, instruction) if key == "state" and self.entities is not None
                          else self.branches[key](x))
         emb = self.fuse(torch.cat(parts, dim=-1))
