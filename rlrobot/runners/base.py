@@ -168,6 +168,9 @@ class Runner(abc.ABC):
         self.iteration, self.env_steps, self.wall_time = state["iteration"], state["env_steps"], state["wall_time"]
         torch.set_rng_state(state["rng"]["torch"])
         self.generator.set_state(state["rng"]["generator"])
+        if not self.is_main:  # the checkpoint holds rank 0's streams; other ranks keep their own exploration noise
+            torch.manual_seed(self.seed + self.iteration)
+            self.generator.manual_seed(self.seed + self.iteration)
         if state["env"] is not None and hasattr(self.env, "set_state") and self.is_main:
             arrays = {k: v.numpy() for k, v in state["env"]["arrays"].items()}
             self.env.set_state({"arrays": arrays, "rng": state["env"]["rng"]})
@@ -261,9 +264,9 @@ class Runner(abc.ABC):
                     if main:
                         advance(metrics)
                         eval_result = self._periodic_eval(logger) or eval_result
-                    if self.iteration % cfg.checkpoint_every == 0 or self.iteration == self.total_iterations \
-                            or stop.requested:
-                        self.save()
+                    if main and (self.iteration % cfg.checkpoint_every == 0 or self.iteration == self.total_iterations
+                                 or stop.requested):
+                        self.save()  # rank 0 alone: ranks writing one directory race on its rename
             if stop.requested:
                 return self._interrupted_summary()
             distributed = self._distributed_check()

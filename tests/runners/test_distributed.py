@@ -99,6 +99,21 @@ def test_torchrun_training_keeps_ranks_identical(tmp_path, algo, iterations, ext
     assert len([x for x in lines if "perf/iterations_per_s" in x]) == iterations
 
 
+def test_torchrun_resume_continues_from_rank_zeros_checkpoint(tmp_path):
+    """Rank 0 alone writes checkpoints (ranks writing one directory raced on its rename); every rank resumes from it."""
+    out = tmp_path / "run"
+    ppo = ["--task", "so101-reach", "--algo", "ppo", "--num-envs", "8", "--out", str(out), "--ppo.rollout-steps", "8",
+           "--ppo.num-minibatches", "2", "--checkpoint-every", "1"]
+    torchrun(tmp_path, *ppo, "--total-steps", str(2 * 8 * 8 * 2))
+    assert (out / "checkpoints" / "latest").read_text().strip() == "iter_000002"
+    assert not [p.name for p in (out / "checkpoints").iterdir() if p.name.startswith(".")]  # no temporary left over
+    torchrun(tmp_path, *ppo, "--total-steps", str(2 * 8 * 8 * 3), "--resume")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env_steps"] == 2 * 8 * 8 * 3
+    assert summary["distributed"] == {"world_size": 2, "parameters_identical": True}
+    assert (out / "checkpoints" / "latest").read_text().strip() == "iter_000003"
+
+
 def test_distributed_outside_torchrun_is_refused(tmp_path, capsys):
     from rlrobot.cli import main
 
