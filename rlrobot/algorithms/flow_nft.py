@@ -73,6 +73,10 @@ class FlowNFTConfig(AlgorithmConfig):
     """minibatches per pass"""
     times_per_sample: int = 2
     """fresh (t, eps) draws per chunk in each minibatch (the paper trains on several times per sample)"""
+    antithetic: bool = False
+    """draw the (t, eps) of each chunk in antithetic pairs (t, eps) and (t, -eps) (times_per_sample even): the same
+    expected loss, with the part of the gradient that is eps noise, not the chunk's optimality, cancelled to first
+    order (one sample per observation leaves that noise large against the exploration signal)"""
     optimality: Literal["gae", "group"] = "gae"
     """where r comes from: gae (per-chunk GAE advantage from the value head) | group (whole episodes from shared start
     states, scored by episode outcome and normalised within their group; no critic)"""
@@ -140,6 +144,9 @@ class FlowNFTConfig(AlgorithmConfig):
         for name in ("rollout_chunks", "times_per_sample", "num_epochs", "num_minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"flow_nft.{name} must be >= 1, got {getattr(self, name)}")
+        if self.antithetic and self.times_per_sample % 2:
+            raise ValueError(f"flow_nft.antithetic pairs the draws: flow_nft.times_per_sample must be even, got "
+                             f"{self.times_per_sample}")
         if not 0 < self.beta <= 1:
             raise ValueError(f"flow_nft.beta must be in (0, 1], got {self.beta}")
         if self.adv_clip <= 0:
@@ -308,8 +315,14 @@ class FlowNFT:
         with torch.no_grad():
             ref_emb = self.reference.encode(obs).repeat(n, 1)
         a = chunks.repeat(n, 1)
-        t = sample_time(len(a), cfg.time_sampling, generator, self.device)
-        eps = torch.randn(a.shape, generator=generator, device=self.device)
+        if cfg.antithetic:  # copy k and copy k + n/2 hold the same chunk: give them the same t and opposite eps
+            half = len(a) // 2
+            t = sample_time(half, cfg.time_sampling, generator, self.device).repeat(2)
+            eps = torch.randn((half, a.shape[1]), generator=generator, device=self.device)
+            eps = torch.cat([eps, -eps])
+        else:
+            t = sample_time(len(a), cfg.time_sampling, generator, self.device)
+            eps = torch.randn(a.shape, generator=generator, device=self.device)
         x_t = t[:, None] * eps + (1.0 - t[:, None]) * a
         r_start = policy.interval_starts(t, generator)  # MeanFlow head: NFT acts on the velocity u induces on [r, t]
         v_theta = policy.training_velocity(x_t, t, emb, r_start)
