@@ -77,6 +77,13 @@ class FlowNFTConfig(AlgorithmConfig):
     """draw the (t, eps) of each chunk in antithetic pairs (t, eps) and (t, -eps) (times_per_sample even): the same
     expected loss, with the part of the gradient that is eps noise, not the chunk's optimality, cancelled to first
     order (one sample per observation leaves that noise large against the exploration signal)"""
+    paired_baseline: bool = False
+    """a control variate for one sample per observation: beside each stored chunk a, a fresh chunk a' from the
+    reference policy at the same observation (the rollout's sampler), on the same (t, eps), with the mirrored
+    optimality 1 - r. At theta = theta_old the pair's gradient is (2r - 1)(u' - u) = (2r - 1)(a - a'): what
+    distinguishes the executed chunk from a typical own sample, while the part common to both (the eps noise and the
+    flow-matching pull of the policy's own samples, whose weight 2r - 1 leaks the critic's per-state error) cancels.
+    Unbiased wherever the advantage has zero mean over the policy's chunks at each observation, as GAE's should"""
     optimality: Literal["gae", "group"] = "gae"
     """where r comes from: gae (per-chunk GAE advantage from the value head) | group (whole episodes from shared start
     states, scored by episode outcome and normalised within their group; no critic)"""
@@ -323,18 +330,27 @@ class FlowNFT:
         else:
             t = sample_time(len(a), cfg.time_sampling, generator, self.device)
             eps = torch.randn(a.shape, generator=generator, device=self.device)
+        r = r.repeat(n)
+        if cfg.paired_baseline:  # a fresh own chunk per draw, same (t, eps), mirrored optimality
+            with torch.no_grad():
+                chain, _ = self.reference.sample_chain(obs, cfg.sampler, emb=ref_emb[:len(chunks)], generator=generator)
+            a = torch.cat([a, chain[:, -1].repeat(n, 1)])
+            t, eps, r = t.repeat(2), eps.repeat(2, 1), torch.cat([r, 1.0 - r])
+            emb, ref_emb = emb.repeat(2, 1), ref_emb.repeat(2, 1)
         x_t = t[:, None] * eps + (1.0 - t[:, None]) * a
         r_start = policy.interval_starts(t, generator)  # MeanFlow head: NFT acts on the velocity u induces on [r, t]
         v_theta = policy.training_velocity(x_t, t, emb, r_start)
         with torch.no_grad():
             v_old = self.reference.training_velocity(x_t, t, ref_emb, r_start)
         mask = self.executed_mask.expand_as(a)
-        per_sample = nft_loss(v_theta, v_old, eps - a, r.repeat(n), cfg.beta, t, cfg.weighting, mask, cfg.max_drift)
-        loss = cfg.adv_clip * per_sample.mean()
+        per_sample = nft_loss(v_theta, v_old, eps - a, r, cfg.beta, t, cfg.weighting, mask, cfg.max_drift)
+        # a pair counts as one sample
+        loss = cfg.adv_clip * (per_sample.sum() / (n * len(chunks)) if cfg.paired_baseline else per_sample.mean())
         stats = {"nft_loss": loss.item(), "drift": ((v_theta - v_old).abs() * mask).sum().item() / mask.sum().item()}
         if self.anchor is not None:
             with torch.no_grad():
-                v_init = self.anchor.training_velocity(x_t, t, self.anchor.encode(obs).repeat(n, 1), r_start)
+                anchor_emb = self.anchor.encode(obs).repeat(len(x_t) // len(chunks), 1)
+                v_init = self.anchor.training_velocity(x_t, t, anchor_emb, r_start)
             drift = ((v_theta - v_init).square() * mask).sum(-1).mean() / mask[0].sum()
             loss = loss + cfg.anchor_coef * drift
             stats["anchor_drift"] = drift.item()

@@ -141,6 +141,29 @@ def test_antithetic_draws_pair_the_noise_and_cut_the_gradient_variance():
     assert cos > 0.5, cos  # the same expected gradient (up to 24 draws' noise)
 
 
+@pytest.mark.parametrize("weighting", ["none", "adaptive"])
+def test_paired_baseline_leaves_only_what_distinguishes_the_chunk_from_an_own_sample(weighting, monkeypatch):
+    """With the paired baseline, at theta = theta_old the gradient is (2r - 1)(a - a'): zero for any r when the stored
+    chunk equals the fresh own sample a', nonzero when they differ (and without the pairing it is not zero)."""
+    policy = small_policy(0)
+    obs, chunks, _, _ = batch(n=32)
+    flat = chunks.reshape(len(chunks), -1)
+    r = torch.rand(32, generator=torch.Generator().manual_seed(4))
+    cfg = FlowNFTConfig(times_per_sample=2, paired_baseline=True, weighting=weighting)
+    algo = FlowNFT(policy, cfg, torch.device("cpu"), 32, {"state": ((6,), torch.float32)})
+    fresh = {"chunk": flat}
+    monkeypatch.setattr(algo.reference, "sample_chain",
+                        lambda obs, mode, emb=None, generator=None: (fresh["chunk"][:, None].repeat(1, 4, 1), None))
+    loss, _ = algo.loss(obs, flat, r, torch.Generator().manual_seed(0))
+    assert max(g.abs().max().item() for g in grads(policy, loss)) < 1e-6
+    fresh["chunk"] = flat.flip(0)  # another chunk than the executed one at each observation
+    loss, _ = algo.loss(obs, flat, r, torch.Generator().manual_seed(0))
+    assert max(g.abs().max().item() for g in grads(policy, loss)) > 1e-4
+    algo.cfg = dataclasses.replace(cfg, paired_baseline=False)
+    loss, _ = algo.loss(obs, flat, r, torch.Generator().manual_seed(0))
+    assert max(g.abs().max().item() for g in grads(policy, loss)) > 1e-4
+
+
 def test_reference_soft_update():
     policy = small_policy(0)
     algo = FlowNFT(policy, FlowNFTConfig(ref_ema_ramp=0.25, ref_ema_max=0.5), torch.device("cpu"), 4,
