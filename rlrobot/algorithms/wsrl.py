@@ -88,6 +88,18 @@ class WSRLConfig(WarmStartConfig):
     """transitions per gradient update (WSRL: 1024), online data only"""
     learning_starts: int = 5_000
     """the warm-up: env steps collected by the frozen --init policy (no gradient step) before SAC starts (WSRL: 5,000)"""
+    actor_delay: int = 0
+    """gradient steps after the switch that update the critics (and their targets) only: the actor and the temperature
+    stay as the --init run left them while the critics recalibrate to the online data (0: SAC from the first step)"""
+    backup_entropy: bool = True
+    """subtract alpha log pi(a'|s') in the TD target (SAC); False: the target without it, as the Cal-QL pretraining fitted
+    the critics and as WSRL's reference SAC (backup_entropy=False)"""
+
+    def validate(self, run) -> None:
+        super().validate(run)
+        if self.actor_delay < 0:
+            raise ValueError(f"wsrl.actor_delay must be >= 0 (critic-only gradient steps after the switch), got "
+                             f"{self.actor_delay}")
 
 
 @dataclass
@@ -218,13 +230,15 @@ def sac_weights_from_offline(weights: dict[str, torch.Tensor], source: str) -> d
 class WarmStartSAC(SAC):
     """SAC on batches that may start with ``batch["offline_count"]`` offline transitions; with a conservative weight
     (``cal-ql-online``) CQL(H)'s regulariser, floored at the offline MC returns (Cal-QL), is added to the critic loss
-    on those rows. Without one, exactly SAC's update."""
+    on those rows. WSRL's opt-ins: ``backup_entropy=False`` (the TD target without the entropy term) and
+    ``actor_delay`` (critic-only steps after the switch). Without any of these, exactly SAC's update."""
 
     def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
         alpha = getattr(self.cfg, "cql_alpha", None) or 0.0
-        if alpha <= 0 or not batch.get("offline_count"):
+        conservative = alpha > 0 and bool(batch.get("offline_count"))
+        if not conservative and getattr(self.cfg, "backup_entropy", True):
             return super().update(batch, generator)
-        return self._update_with_cql(batch, generator, alpha)
+        return self._update_warm(batch, generator, conservative)
 
     def conservative_loss(self, x: torch.Tensor, q: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         """alpha x CQL(H) on the first ``offline_count`` rows, per critic, summed over critics (as cal_ql.CalQL)."""
@@ -244,8 +258,10 @@ class WarmStartSAC(SAC):
                                        batch["mc_returns"] if cfg.calibrated else None)
         return cfg.cql_alpha * penalty.mean(1).sum()
 
-    def _update_with_cql(self, batch: dict[str, Any], generator: torch.Generator | None, alpha: float) -> dict[str, float]:
-        """SAC.update with the conservative term in the critic loss (same order of random draws otherwise)."""
+    def _update_warm(self, batch: dict[str, Any], generator: torch.Generator | None, conservative: bool
+                     ) -> dict[str, float]:
+        """SAC.update with the conservative term in the critic loss and / or the TD target without the entropy term
+        (same order of random draws otherwise)."""
         cfg, policy = self.cfg, self.policy
         self._cql_generator = generator
         x = policy.features(batch["obs"])
@@ -253,18 +269,36 @@ class WarmStartSAC(SAC):
         with torch.no_grad():
             next_action, next_log_prob = policy.actor.sample(next_x)
             next_q = self._target_q(policy.critic_target(next_x, next_action), generator)
-            target = batch["rewards"] + batch["discount"] * (next_q - self.alpha * next_log_prob)
+            if getattr(cfg, "backup_entropy", True):
+                next_q = next_q - self.alpha * next_log_prob
+            target = batch["rewards"] + batch["discount"] * next_q
         q = policy.critic(x, batch["actions"])
         td_loss = (q - target).square().mean(1).sum()
-        cql_loss = self.conservative_loss(x, q, batch)
+        loss = td_loss
+        stats = {"critic_loss": td_loss.detach(), "q_mean": q.detach().mean()}
+        if conservative:
+            cql_loss = self.conservative_loss(x, q, batch)
+            loss = td_loss + cql_loss
+            stats["cql_loss"] = cql_loss.detach()
         self.critic_optimizer.zero_grad(set_to_none=True)
-        (td_loss + cql_loss).backward()
+        loss.backward()
         self._reduce_gradients(policy.critic.parameters())
         if cfg.max_grad_norm > 0:
             nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
         self.critic_optimizer.step()
-        stats = {"critic_loss": td_loss.detach(), "cql_loss": cql_loss.detach(), "q_mean": q.detach().mean()}
         return self.actor_temperature_and_targets(x, stats)
+
+    def actor_temperature_and_targets(self, x: torch.Tensor, stats: dict[str, Any]) -> dict[str, Any]:
+        """SAC's actor, temperature and Polyak step; during WSRL's ``actor_delay`` (the first gradient steps after the
+        switch) the Polyak step only: the actor and the temperature keep the --init run's values."""
+        if self.num_updates >= getattr(self.cfg, "actor_delay", 0):
+            return super().actor_temperature_and_targets(x, stats)
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.policy.critic_target.parameters()), list(self.policy.critic.parameters()),
+                                 self.cfg.tau)
+        self.num_updates += 1
+        stats["alpha"] = self.alpha
+        return stats
 
 
 register_algorithm(AlgorithmSpec(

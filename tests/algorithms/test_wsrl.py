@@ -152,6 +152,56 @@ def test_resume_is_exact(cal_ql_run, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def warmed_up(cal_ql_run, out, **sac):
+    """A WSRL runner 16 env steps into its 32-step warm-up: the next iteration ends it and makes 8 updates."""
+    runner = make_runner(wsrl_config(cal_ql_run, out, **sac))
+    runner.obs, _ = runner.env.reset(seed=0)
+    runner.train_iteration()
+    runner.env_steps += runner.steps_per_iteration
+    assert runner.algo.num_updates == 0 and len(runner.replay) == 16
+    return runner
+
+
+def test_actor_delay_steps_the_critics_only(cal_ql_run, tmp_path):
+    runner = warmed_up(cal_ql_run, tmp_path / "d", actor_delay=8)
+    actor = {k: v.clone() for k, v in runner.policy.actor.state_dict().items()}
+    critic = {k: v.clone() for k, v in runner.policy.critic.state_dict().items()}
+    target = {k: v.clone() for k, v in runner.policy.critic_target.state_dict().items()}
+    log_alpha = runner.algo.log_alpha.detach().clone()
+    stats = runner.train_iteration()  # the warm-up ends, then the first 8 gradient steps: all inside the delay
+    assert runner.algo.num_updates == 8 and "loss/actor_loss" not in stats
+    assert all(torch.equal(v, actor[k]) for k, v in runner.policy.actor.state_dict().items())
+    assert torch.equal(runner.algo.log_alpha.detach(), log_alpha)
+    assert not runner.algo.actor_optimizer.state and not runner.algo.alpha_optimizer.state
+    assert any(not torch.equal(v, critic[k]) for k, v in runner.policy.critic.state_dict().items())
+    assert any(not torch.equal(v, target[k]) for k, v in runner.policy.critic_target.state_dict().items())
+    stats = runner.train_iteration()  # past the delay: SAC's actor and temperature steps
+    assert "loss/actor_loss" in stats and runner.algo.num_updates == 16
+    assert any(not torch.equal(v, actor[k]) for k, v in runner.policy.actor.state_dict().items())
+    assert not torch.equal(runner.algo.log_alpha.detach(), log_alpha)
+
+
+def critic_after_one_update(runner, batch, alpha: float) -> dict[str, torch.Tensor]:
+    state = {k: v.clone() for k, v in runner.policy.state_dict().items()}
+    with torch.no_grad():
+        runner.algo.log_alpha.fill_(float(torch.log(torch.tensor(alpha))))
+    torch.manual_seed(5)  # the actor samples a' from the global stream, the target subset from the generator
+    runner.algo.update(batch, torch.Generator().manual_seed(5))
+    critic = {k: v.clone() for k, v in runner.policy.critic.state_dict().items()}
+    runner.policy.load_state_dict(state)
+    runner.algo.critic_optimizer.state.clear()
+    return critic
+
+
+@pytest.mark.parametrize("backup_entropy", [True, False])
+def test_backup_entropy_off_leaves_the_temperature_out_of_the_td_target(cal_ql_run, tmp_path, backup_entropy):
+    runner = warmed_up(cal_ql_run, tmp_path / "b", backup_entropy=backup_entropy)
+    batch = runner.sample_batch(8)
+    low, high = (critic_after_one_update(runner, batch, alpha) for alpha in (0.01, 100.0))
+    same = all(torch.equal(low[k], high[k]) for k in low)
+    assert same == (not backup_entropy)  # without the entropy term the critic step does not depend on alpha
+
+
 def test_bad_input_is_refused_before_compute(cal_ql_run, dataset, tmp_path):
     cfg = train_config("wsrl", **COMMON, out=str(tmp_path / "x"))
     with pytest.raises(ValueError, match=r"algo='wsrl' starts from an offline checkpoint: pass --init RUN_DIR"):
@@ -171,6 +221,9 @@ def test_bad_input_is_refused_before_compute(cal_ql_run, dataset, tmp_path):
     cfg = train_config("rlpd", **COMMON, dataset=str(dataset), out=str(tmp_path / "x"))
     cfg.rlpd.offline_ratio = 1.0
     with pytest.raises(ValueError, match=r"rlpd.offline_ratio must be in \(0, 1\)"):
+        cfg.prepare()
+    cfg = wsrl_config(cal_ql_run, tmp_path / "x", actor_delay=-1)
+    with pytest.raises(ValueError, match=r"wsrl.actor_delay must be >= 0"):
         cfg.prepare()
 
 
