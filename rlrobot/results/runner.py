@@ -103,6 +103,8 @@ def _finished(step: Step, out: Path) -> bool:
         from rlrobot.data.demonstrations import RLROBOT_META
 
         return (out / RLROBOT_META).is_file()
+    if step.kind == "eval":
+        return (out / "eval.json").is_file()
     return out.is_file()
 
 
@@ -156,7 +158,8 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 def step_figures(step: Step, out: Path) -> dict[str, float]:
     """What a step measured, as ``<step>.<metric>``. train: success, return (final evaluation), env_steps,
     updates (the run's x axis), wall_s (training), peak_success (best evaluation during training, the final one
-    included), train_success (last logged training success); collect: expert_success, attempted; experts / bench:
+    included), train_success (last logged training success); collect: expert_success, attempted; eval: every number
+    of ``rlrobot eval``'s eval.json (success_rate, steps_to_success_mean, chunk_utilisation, ...); experts / bench:
     every number of their JSON output, flattened (``experts.so101-push.success``, ``bench.ppo.0.raw_steps_per_s``)."""
     figures: dict[str, float] = {}
     if step.kind == "train":
@@ -175,6 +178,9 @@ def step_figures(step: Step, out: Path) -> dict[str, float]:
 
         meta = json.loads((out / RLROBOT_META).read_text())
         figures.update(expert_success=meta["expert_success_rate"], attempted=meta["episodes_attempted"])
+    elif step.kind == "eval":
+        _flatten(json.loads((out / "eval.json").read_text()), "", figures)
+        figures = {k.lstrip("."): v for k, v in figures.items()}
     else:
         _flatten(json.loads(out.read_text()), "", figures)
         figures = {k.lstrip("."): v for k, v in figures.items()}

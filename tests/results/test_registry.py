@@ -44,6 +44,10 @@ def test_command_lines_parse(entry, tmp_path):
                 cfg.validate()  # runs reading an earlier step's output validate when they run
         elif argv[0] == "collect":
             tyro.cli(CollectArgs, args=argv[1:])
+        elif argv[0] == "eval":
+            from rlrobot.cli import EvalArgs
+
+            tyro.cli(EvalArgs, args=argv[1:])
         elif argv[0] == "bench":
             tyro.cli(BenchArgs, args=argv[1:])
         elif argv[:2] == ["results", "experts"]:

@@ -106,3 +106,19 @@ def test_git_state_names_modified_paths_exactly(tmp_path):
     state = git_state(tmp_path)
     assert state["git_dirty"] and sorted(state["dirty_paths"]) == ["b.py", "configs.py"]
     assert len(state["git_commit"]) == 40
+
+
+def test_eval_step_reads_the_checkpoint_and_reports_its_figures(seed0):
+    """An eval step (`rlrobot eval` on an earlier step's run) reuses the finished train step and reports eval.json's
+    numbers; on the train run's own evaluation episodes it reproduces the run's final evaluation."""
+    root, result = seed0
+    evaluate = Step("final", "eval", ("eval", "--checkpoint", "{train}", "--episodes", "4", "--num-envs", "4",
+                                      "--no-video", "--out", "{out}"))
+    with_eval = Entry(name="tiny-ppo", title=ENTRY.title, task=ENTRY.task, budget=ENTRY.budget, seeds=1,
+                      steps=(ENTRY.steps[0], evaluate), figures=(Figure("final.success_rate", "success"),))
+    again = run_entry(with_eval, [0], root=root / "runs", results_dir=root / "with_eval", log=lambda m: None)
+    steps = again["per_seed"][0]["steps"]
+    assert steps[0]["started"] == result["per_seed"][0]["steps"][0]["started"]  # the train step was reused
+    figures = again["per_seed"][0]["figures"]
+    assert figures["final.return_mean"] == result["per_seed"][0]["figures"]["train.return"]
+    assert figures["final.episodes"] == 4.0 and "final.success_rate" in figures
