@@ -258,13 +258,13 @@ ENTRIES = ENTRIES + (
     Entry(name="jsrl-ppo-so101-lift-expert", title="JSRL: PPO so101-lift, sparse reward, scripted-expert guide "
           "(H = 100 in 10 stages, tolerance 0.2)", task="so101-lift",
           steps=(_train("so101-lift", "ppo", *SPARSE_PPO_LIFT_FLAGS, "--jsrl.guide", "expert", "--jsrl.tolerance", "0.2"),),
-          figures=_JSRL_FIGURES, budget="2M env steps", seeds=2,
+          figures=_JSRL_FIGURES, budget="2M env steps", seeds=3,
           cost="~10 min per seed on one idle core (~27 min on the shared machine)", target=">= 0.8",
           curve="train.eval/success_rate", group="study"),
     _jsrl_sft_lift(),
     Entry(name="ppo-so101-lift-sparse", title="PPO so101-lift from scratch, sparse reward, the JSRL runs' PPO settings",
           task="so101-lift", steps=(_train("so101-lift", "ppo", *SPARSE_PPO_LIFT_FLAGS),), figures=_JSRL_FIGURES,
-          budget="2M env steps", seeds=2, cost="~8 min per seed on one idle core (~25 min on the shared machine)",
+          budget="2M env steps", seeds=3, cost="~8 min per seed on one idle core (~25 min on the shared machine)",
           curve="train.eval/success_rate", group="study"),
 )
 
