@@ -250,7 +250,8 @@ def _jsrl_sft_lift() -> Entry:
                  task="so101-lift", steps=(collect, sft, _train("so101-lift", "ppo", *SPARSE_PPO_LIFT_FLAGS, "--jsrl.guide",
                                                                 "{sft}", "--jsrl.tolerance", "0.2")),
                  figures=(*_JSRL_FIGURES, Figure("sft.success", "SFT guide alone", ".3f")),
-                 budget="10 demos, 2,000 SFT updates, 2M env steps PPO", cost="~30 min per seed on the shared machine",
+                 budget="10 demos, 2,000 SFT updates, 2M env steps PPO", seeds=2,
+                 cost="~12 min per seed on one idle core (~30 min on the shared machine)",
                  target=">= 0.8", curve="train.eval/success_rate", group="study")
 
 
