@@ -241,11 +241,17 @@ _JSRL_FIGURES = (SUCCESS, Figure("train.peak_success", "peak eval success", ".2f
                  Figure("train.train_success", "training success (last 200 episodes)", ".2f"), TRAIN_WALL)
 
 
-def _jsrl_sft_lift() -> Entry:
+def _lift_demos_and_sft() -> tuple[Step, Step]:
+    """10 successful expert demos of so101-lift and the flow policy's SFT preset on them (the flow-RL rows' start)."""
     collect = Step("data", "collect", ("collect", "--task", "so101-lift", "--episodes", "10", "--success-only", "--out",
                                        "{out}", "--seed", "{seed}"))
     sft = Step("sft", "train", ("train", "--algo", "sft", "--task", "so101-lift", "--dataset", "{data}", "--out", "{out}",
                                 "--seed", "{seed}", "--no-video"))
+    return collect, sft
+
+
+def _jsrl_sft_lift() -> Entry:
+    collect, sft = _lift_demos_and_sft()
     return Entry(name="jsrl-ppo-so101-lift-sft", title="JSRL: PPO so101-lift, sparse reward, 10-demo SFT flow guide",
                  task="so101-lift", steps=(collect, sft, _train("so101-lift", "ppo", *SPARSE_PPO_LIFT_FLAGS, "--jsrl.guide",
                                                                 "{sft}", "--jsrl.tolerance", "0.2")),
@@ -315,10 +321,7 @@ NFT_PAIRED_FLAGS = ("--flow-nft.time-sampling", "beta", "--flow-nft.paired-basel
 
 
 def _flow_rl_lift() -> Entry:
-    collect = Step("data", "collect", ("collect", "--task", "so101-lift", "--episodes", "10", "--success-only", "--out",
-                                       "{out}", "--seed", "{seed}"))
-    sft = Step("sft", "train", ("train", "--algo", "sft", "--task", "so101-lift", "--dataset", "{data}", "--out", "{out}",
-                                "--seed", "{seed}", "--no-video"))
+    collect, sft = _lift_demos_and_sft()
     runs = tuple(_train("so101-lift", algo, "--init", "{sft}", *FLOW_RL_FLAGS, *flags, name=name)
                  for name, algo, flags in (("noise", "flow-noise", ()), ("nft", "flow-nft", NFT_PAIRED_FLAGS),
                                            ("sde", "flow-sde", ())))
@@ -336,10 +339,7 @@ def _flow_rl_lift() -> Entry:
 # Flow-NFT with the paired baseline and Flow-Noise's stochastic sampler for its rollouts (exploration from the noise
 # head instead of the initial noise alone), same SFT checkpoint and budget as flow-rl-so101-lift.
 def _flow_nft_noise_lift() -> Entry:
-    collect = Step("data", "collect", ("collect", "--task", "so101-lift", "--episodes", "10", "--success-only", "--out",
-                                       "{out}", "--seed", "{seed}"))
-    sft = Step("sft", "train", ("train", "--algo", "sft", "--task", "so101-lift", "--dataset", "{data}", "--out", "{out}",
-                                "--seed", "{seed}", "--no-video"))
+    collect, sft = _lift_demos_and_sft()
     nft = _train("so101-lift", "flow-nft", "--init", "{sft}", *FLOW_RL_FLAGS, *NFT_PAIRED_FLAGS, "--flow-nft.sampler",
                  "noise", name="nft")
     return Entry(
@@ -355,10 +355,7 @@ def _flow_nft_noise_lift() -> Entry:
 # PolicyTrim's execute-length curriculum (issue 21): the SFT policy executes 2 of its 5-action chunks; Flow-NFT with the
 # paired baseline grows the executed part while training success holds. Before / after on the same 128 episodes.
 def _policytrim_lift() -> Entry:
-    collect = Step("data", "collect", ("collect", "--task", "so101-lift", "--episodes", "10", "--success-only", "--out",
-                                       "{out}", "--seed", "{seed}"))
-    sft = Step("sft", "train", ("train", "--algo", "sft", "--task", "so101-lift", "--dataset", "{data}", "--out", "{out}",
-                                "--seed", "{seed}", "--no-video"))
+    collect, sft = _lift_demos_and_sft()
 
     def evaluate(name: str, run: str, *flags: str) -> Step:
         return Step(name, "eval", ("eval", "--checkpoint", run, "--episodes", "128", "--no-video", "--out", "{out}", *flags))

@@ -178,11 +178,8 @@ def step_figures(step: Step, out: Path) -> dict[str, float]:
 
         meta = json.loads((out / RLROBOT_META).read_text())
         figures.update(expert_success=meta["expert_success_rate"], attempted=meta["episodes_attempted"])
-    elif step.kind == "eval":
-        _flatten(json.loads((out / "eval.json").read_text()), "", figures)
-        figures = {k.lstrip("."): v for k, v in figures.items()}
     else:
-        _flatten(json.loads(out.read_text()), "", figures)
+        _flatten(json.loads((out / "eval.json" if step.kind == "eval" else out).read_text()), "", figures)
         figures = {k.lstrip("."): v for k, v in figures.items()}
     return {f"{step.name}.{k}": float(v) for k, v in figures.items()}
 
