@@ -241,17 +241,17 @@ _JSRL_FIGURES = (SUCCESS, Figure("train.peak_success", "peak eval success", ".2f
                  Figure("train.train_success", "training success (last 200 episodes)", ".2f"), TRAIN_WALL)
 
 
-def _lift_demos_and_sft() -> tuple[Step, Step]:
-    """10 successful expert demos of so101-lift and the flow policy's SFT preset on them (the flow-RL rows' start)."""
-    collect = Step("data", "collect", ("collect", "--task", "so101-lift", "--episodes", "10", "--success-only", "--out",
+def _demos_and_sft(task: str = "so101-lift") -> tuple[Step, Step]:
+    """10 successful expert demos of `task` and the flow policy's SFT preset on them (the flow-RL rows' start)."""
+    collect = Step("data", "collect", ("collect", "--task", task, "--episodes", "10", "--success-only", "--out",
                                        "{out}", "--seed", "{seed}"))
-    sft = Step("sft", "train", ("train", "--algo", "sft", "--task", "so101-lift", "--dataset", "{data}", "--out", "{out}",
+    sft = Step("sft", "train", ("train", "--algo", "sft", "--task", task, "--dataset", "{data}", "--out", "{out}",
                                 "--seed", "{seed}", "--no-video"))
     return collect, sft
 
 
 def _jsrl_sft_lift() -> Entry:
-    collect, sft = _lift_demos_and_sft()
+    collect, sft = _demos_and_sft()
     return Entry(name="jsrl-ppo-so101-lift-sft", title="JSRL: PPO so101-lift, sparse reward, 10-demo SFT flow guide",
                  task="so101-lift", steps=(collect, sft, _train("so101-lift", "ppo", *SPARSE_PPO_LIFT_FLAGS, "--jsrl.guide",
                                                                 "{sft}", "--jsrl.tolerance", "0.2")),
@@ -321,7 +321,7 @@ NFT_PAIRED_FLAGS = ("--flow-nft.time-sampling", "beta", "--flow-nft.paired-basel
 
 
 def _flow_rl_lift() -> Entry:
-    collect, sft = _lift_demos_and_sft()
+    collect, sft = _demos_and_sft()
     runs = tuple(_train("so101-lift", algo, "--init", "{sft}", *FLOW_RL_FLAGS, *flags, name=name)
                  for name, algo, flags in (("noise", "flow-noise", ()), ("nft", "flow-nft", NFT_PAIRED_FLAGS),
                                            ("sde", "flow-sde", ())))
@@ -339,7 +339,7 @@ def _flow_rl_lift() -> Entry:
 # Flow-NFT with the paired baseline and Flow-Noise's stochastic sampler for its rollouts (exploration from the noise
 # head instead of the initial noise alone), same SFT checkpoint and budget as flow-rl-so101-lift.
 def _flow_nft_noise_lift() -> Entry:
-    collect, sft = _lift_demos_and_sft()
+    collect, sft = _demos_and_sft()
     nft = _train("so101-lift", "flow-nft", "--init", "{sft}", *FLOW_RL_FLAGS, *NFT_PAIRED_FLAGS, "--flow-nft.sampler",
                  "noise", name="nft")
     return Entry(
@@ -352,10 +352,31 @@ def _flow_nft_noise_lift() -> Entry:
         group="study")
 
 
+
+# The same comparison on so101-push (issue 21's second task), NFT in its best measured form on lift (paired baseline,
+# Flow-Noise's sampler for the rollouts), from one 10-demo SFT checkpoint per seed.
+def _flow_rl_push() -> Entry:
+    collect, sft = _demos_and_sft("so101-push")
+    runs = tuple(_train("so101-push", algo, "--init", "{sft}", *FLOW_RL_FLAGS, *flags, name=name)
+                 for name, algo, flags in (("noise", "flow-noise", ()),
+                                           ("nft", "flow-nft", (*NFT_PAIRED_FLAGS, "--flow-nft.sampler", "noise")),
+                                           ("sde", "flow-sde", ())))
+    return Entry(
+        name="flow-rl-so101-push", title="flow-policy RL so101-push from one 10-demo SFT: Flow-Noise vs Flow-NFT "
+        "(paired baseline, noise sampler) vs Flow-SDE", task="so101-push", steps=(collect, sft, *runs), group="study",
+        figures=(Figure("sft.success", "SFT S0", ".3f"), Figure("noise.success", "Flow-Noise", ".3f", per_seed=True),
+                 Figure("nft.success", "Flow-NFT", ".3f", per_seed=True), Figure("sde.success", "Flow-SDE", ".3f",
+                                                                                 per_seed=True),
+                 Figure("noise.wall_s", "Flow-Noise training s", ".0f"), Figure("nft.wall_s", "Flow-NFT training s", ".0f"),
+                 Figure("sde.wall_s", "Flow-SDE training s", ".0f")),
+        budget="10 demos, 2,000 SFT updates, 960k env steps per RL method", seeds=2,
+        cost="~35 min per seed on one idle core",
+        target="NFT: as good or better than Flow-Noise, cheaper per update", curve="nft.eval/success_rate")
+
 # PolicyTrim's execute-length curriculum (issue 21): the SFT policy executes 2 of its 5-action chunks; Flow-NFT with the
 # paired baseline grows the executed part while training success holds. Before / after on the same 128 episodes.
 def _policytrim_lift() -> Entry:
-    collect, sft = _lift_demos_and_sft()
+    collect, sft = _demos_and_sft()
 
     def evaluate(name: str, run: str, *flags: str) -> Step:
         return Step(name, "eval", ("eval", "--checkpoint", run, "--episodes", "128", "--no-video", "--out", "{out}", *flags))
@@ -381,7 +402,7 @@ def _policytrim_lift() -> Entry:
         curve="trim.eval/success_rate", group="study")
 
 
-ENTRIES = ENTRIES + (_flow_rl_lift(), _flow_nft_noise_lift(), _policytrim_lift())
+ENTRIES = ENTRIES + (_flow_rl_lift(), _flow_nft_noise_lift(), _flow_rl_push(), _policytrim_lift())
 
 
 def entry(name: str) -> Entry:
