@@ -370,7 +370,7 @@ def _flow_rl_push() -> Entry:
                  Figure("noise.wall_s", "Flow-Noise training s", ".0f"), Figure("nft.wall_s", "Flow-NFT training s", ".0f"),
                  Figure("sde.wall_s", "Flow-SDE training s", ".0f")),
         budget="10 demos, 2,000 SFT updates, 960k env steps per RL method", seeds=2,
-        cost="~35 min per seed on one idle core",
+        cost="~23 min per seed on one core",
         target="NFT: as good or better than Flow-Noise, cheaper per update", curve="nft.eval/success_rate")
 
 # PolicyTrim's execute-length curriculum (issue 21): the SFT policy executes 2 of its 5-action chunks; Flow-NFT with the
