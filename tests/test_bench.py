@@ -65,7 +65,7 @@ def test_peers_bench_interleaves_and_reports_ratios(tmp_path):
     if missing_peers():
         pytest.skip(f"{', '.join(missing_peers())} not installed: pip install 'rlrobot[bench]'")
     s = PeerSettings(num_envs=2, rollout_steps=8, num_epochs=1, minibatch_size=8, hidden=(16,), iterations=1,
-                     raw_num_envs=(2,), raw_seconds=0.1, rounds=2)
+                     raw_num_envs=(2,), raw_seconds=0.1, rounds=2, compile_row=False)
     result = run_peers_bench(s, only=("ppo_rlrobot_native", "ppo_sb3", "raw_rlrobot_physics", "raw_envpool"),
                              progress_json=str(tmp_path / "p.json"))
     med = result["median"]
@@ -76,6 +76,16 @@ def test_peers_bench_interleaves_and_reports_ratios(tmp_path):
     fast = result["ratios"]["PPO train: rlrobot native fast (tanh-fast, fused Adam) / SB3"]  # the opt-ins, beside
     assert abs(fast - med["ppo_rlrobot_native_fast"] / med["ppo_sb3"]) < 1e-12
     assert json.loads((tmp_path / "p.json").read_text())["samples"]["ppo_sb3"] == result["samples"]["ppo_sb3"]
+
+
+def test_peers_bench_compiled_row_needs_two_iterations():
+    import pytest
+
+    from rlrobot.bench.peers_bench import PeerSettings
+
+    with pytest.raises(ValueError, match="peer.iterations=1"):
+        PeerSettings(iterations=1)
+    assert PeerSettings(iterations=1, compile_row=False).iterations == 1
 
 
 def test_peers_bench_names_the_extra_when_a_peer_is_missing(monkeypatch):

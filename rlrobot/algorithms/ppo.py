@@ -62,6 +62,10 @@ class PPOConfig(AlgorithmConfig):
     fused_adam: bool = False
     """Adam as one fused kernel over all parameters (CPU / CUDA): ~2.5x faster optimizer step on the CPU, the same
     update up to float rounding (not bit-identical to the default, hence opt-in)"""
+    compile: bool = False
+    """torch.compile the minibatch loss (forward and backward as generated kernels; on the CPU it needs a C++
+    compiler): 1.2-1.3x faster minibatch step on the development CPU, the same update up to float rounding (opt-in);
+    the first update pays the compile (~10-25 s)"""
 
     def validate(self, run) -> None:
         validate_ppo_common(self, "ppo")
@@ -149,6 +153,7 @@ class PPO:
         fused = {"fused": True} if cfg.fused_adam and device.type in ("cpu", "cuda") else {}
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, **fused)
         self.lr_schedule = AdaptiveLR(cfg, self.optimizer)
+        self._losses = torch.compile(self._minibatch_losses) if cfg.compile else self._minibatch_losses
         a = ((policy.action_dim,), torch.float32)
         scalar = ((), torch.float32)
         self.storage = RolloutStorage(cfg.rollout_steps, num_envs, obs_specs, {
@@ -191,38 +196,16 @@ class PPO:
         for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
             mask = mb["mask"]  # the learner's own steps (all of them unless a JSRL guide acted)
             keep, count = (None, full_count) if unmasked else (mask > 0, mask.sum().clamp(min=1.0))
-
-            def mean_of(v: torch.Tensor, keep=keep, count=count) -> torch.Tensor:
-                return (v if keep is None else torch.where(keep, v, torch.zeros_like(v))).sum() / count
-
-            x = self.policy.features(mb["obs"])
-            mean, std = self.policy.gaussian(x)
-            log_prob = gaussian_log_prob(mb["actions"], mean, std).sum(-1)
-            entropy = mean_of(gaussian_entropy(std).sum(-1))
-            value = self.policy.critic(x).squeeze(-1)
-
+            loss, surrogate, value_loss, entropy, kl, clip_fraction = self._losses(mb, keep, count)
             # KL(old || new) of diagonal Gaussians drives the adaptive learning rate
-            with torch.no_grad():
-                old_mu, old_sigma = mb["action_mean"], mb["action_std"]
-                kl = mean_of((torch.log(std / old_sigma) + (old_sigma.square() + (old_mu - mean).square())
-                              / (2.0 * std.square()) - 0.5).sum(-1))
-                kl = self._reduce_mean(kl)
-                self.lr_schedule.step(kl)
-
-            ratio = torch.exp(log_prob - mb["log_probs"])
-            adv = mb["advantages"]
-            surrogate = mean_of(torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip)))
-            clipped = mb["values"] + (value - mb["values"]).clamp(-cfg.value_clip, cfg.value_clip)
-            value_loss = mean_of(torch.max((value - mb["returns"]).square(), (clipped - mb["returns"]).square()))
-            loss = surrogate + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+            kl = self._reduce_mean(kl)
+            self.lr_schedule.step(kl)
 
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self._reduce_gradients()
             nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             self.optimizer.step()
-            with torch.no_grad():
-                clip_fraction = mean_of(((ratio - 1.0).abs() > cfg.clip).float())
             logged.append([surrogate.detach(), value_loss.detach(), entropy.detach(), kl, clip_fraction])
         # the same float sums as adding each minibatch's .item() in turn
         columns = torch.stack([torch.stack(row) for row in logged]).T.tolist()
@@ -232,6 +215,35 @@ class PPO:
         out["action_std"] = self.policy.log_std.exp().mean().item()
         out["learner_steps"] = float(storage.learner_steps)
         return out
+
+    def _minibatch_losses(self, mb: dict[str, Any], keep: torch.Tensor | None, count: torch.Tensor
+                          ) -> tuple[torch.Tensor, ...]:
+        """(loss, surrogate, value loss, entropy, KL(old || new), clip fraction) of one minibatch; ``keep`` masks in
+        the learner's own steps (None: all of them), ``count`` is their number. What ``--ppo.compile`` compiles."""
+        cfg = self.cfg
+
+        def mean_of(v: torch.Tensor) -> torch.Tensor:
+            return (v if keep is None else torch.where(keep, v, torch.zeros_like(v))).sum() / count
+
+        x = self.policy.features(mb["obs"])
+        mean, std = self.policy.gaussian(x)
+        log_prob = gaussian_log_prob(mb["actions"], mean, std).sum(-1)
+        entropy = mean_of(gaussian_entropy(std).sum(-1))
+        value = self.policy.critic(x).squeeze(-1)
+        with torch.no_grad():
+            old_mu, old_sigma = mb["action_mean"], mb["action_std"]
+            kl = mean_of((torch.log(std / old_sigma) + (old_sigma.square() + (old_mu - mean).square())
+                          / (2.0 * std.square()) - 0.5).sum(-1))
+
+        ratio = torch.exp(log_prob - mb["log_probs"])
+        adv = mb["advantages"]
+        surrogate = mean_of(torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip)))
+        clipped = mb["values"] + (value - mb["values"]).clamp(-cfg.value_clip, cfg.value_clip)
+        value_loss = mean_of(torch.max((value - mb["returns"]).square(), (clipped - mb["returns"]).square()))
+        loss = surrogate + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+        with torch.no_grad():
+            clip_fraction = mean_of(((ratio - 1.0).abs() > cfg.clip).float())
+        return loss, surrogate, value_loss, entropy, kl, clip_fraction
 
     # data-parallel training: statistics averaged and gradients all-reduced across ranks
     def _reduce_mean(self, x: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,9 @@ What each row times (env steps per second unless said otherwise):
   norm 0.5, entropy 0, no observation or reward normalisation, ``update_threads`` torch threads for the update
   (default 1). ``ppo_rlrobot_native_fast`` is the same rlrobot run with the two opt-ins that are not bit-identical
   to the default: ``policy.activation tanh-fast`` (tanh computed as 2 sigmoid(2x) - 1, within 2e-7; torch's CPU tanh
-  kernel is ~15x slower than its sigmoid) and ``ppo.fused_adam``. What differs: value-loss clipping
+  kernel is ~15x slower than its sigmoid) and ``ppo.fused_adam``; ``ppo_rlrobot_native_compiled`` adds
+  ``ppo.compile`` (torch.compile of the minibatch loss) and counts the iterations after its first, which compiles
+  (printed as "first iteration ... s"). What differs: value-loss clipping
   (rlrobot and rsl_rl clip at 0.2, SB3's default does not), advantage normalisation (per rollout in rlrobot and
   rsl_rl, per minibatch in SB3), the KL statistics rlrobot and rsl_rl compute per minibatch, SB3's action clipping
   outside the policy vs our clamp.
@@ -83,6 +85,14 @@ class PeerSettings:
     fast_row: bool = True
     """also time ppo_rlrobot_native_fast: the same run with policy.activation tanh-fast (tanh as 2 sigmoid(2x) - 1,
     within 2e-7 of torch.tanh) and ppo.fused_adam (the opt-ins that are not bit-identical to the default)"""
+    compile_row: bool = True
+    """also time ppo_rlrobot_native_compiled: the fast row plus ppo.compile (torch.compile of the minibatch loss); its
+    rate counts the iterations after the first, which pays the compile (reported as its own figure)"""
+
+    def __post_init__(self):
+        if self.compile_row and self.iterations < 2:
+            raise ValueError(f"peer.iterations={self.iterations}: the compiled row times the iterations after its "
+                             "first, so it needs >= 2 (or --peer.no-compile-row)")
 
     @property
     def num_minibatches(self) -> int:
@@ -107,7 +117,7 @@ def _threads(s: PeerSettings) -> int:
 
 
 # ---------------------------------------------------------------- PPO training
-def ppo_rlrobot(s: PeerSettings, task: str, fast: bool = False) -> dict:
+def ppo_rlrobot(s: PeerSettings, task: str, fast: bool = False, compiled: bool = False) -> dict:
     from rlrobot.algorithms.ppo import PPOConfig
     from rlrobot.config import train_config
     from rlrobot.policies.actor_critic import ActorCriticConfig
@@ -121,18 +131,34 @@ def ppo_rlrobot(s: PeerSettings, task: str, fast: bool = False) -> dict:
             update_threads=s.update_threads, num_threads=s.num_threads,
             ppo=PPOConfig(rollout_steps=s.rollout_steps, num_epochs=s.num_epochs, num_minibatches=s.num_minibatches,
                           lr=s.lr, lr_schedule="fixed", entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5,
-                          fused_adam=fast),
+                          fused_adam=fast or compiled, compile=compiled),
             policy=ActorCriticConfig(actor_hidden=s.hidden, critic_hidden=s.hidden,
-                                     activation="tanh-fast" if fast else "tanh", normalize_obs=False))
+                                     activation="tanh-fast" if fast or compiled else "tanh", normalize_obs=False))
         cfg.max_episode_steps = 1000 if ":" not in task else None
         cfg.validate()
         runner = OnPolicyRunner(cfg)
         from contextlib import redirect_stdout
         from io import StringIO
 
+        first_iteration_s: list[float] = []
+        if compiled:  # time the first iteration (it compiles) apart from the rest
+            train_iteration = runner.train_iteration
+
+            def timed_iteration() -> dict[str, float]:
+                start = time.perf_counter()
+                metrics = train_iteration()
+                if not first_iteration_s:
+                    first_iteration_s.append(time.perf_counter() - start)
+                return metrics
+
+            runner.train_iteration = timed_iteration
         with redirect_stdout(StringIO()):
             summary = runner.learn()
         runner.env.close()
+    if compiled:
+        per_iteration = s.num_envs * s.rollout_steps
+        return {"env_steps": summary["env_steps"] - per_iteration, "seconds": runner.wall_time - first_iteration_s[0],
+                "first_iteration_s": first_iteration_s[0]}
     return {"env_steps": summary["env_steps"], "seconds": runner.wall_time}
 
 
@@ -310,6 +336,8 @@ def contestants(s: PeerSettings) -> dict[str, Callable[[], dict]]:
     runs: dict[str, Callable[[], dict]] = {
         "ppo_rlrobot_native": lambda: ppo_rlrobot(s, f"mujoco-{s.gym_id}"),
         **({"ppo_rlrobot_native_fast": lambda: ppo_rlrobot(s, f"mujoco-{s.gym_id}", fast=True)} if s.fast_row else {}),
+        **({"ppo_rlrobot_native_compiled": lambda: ppo_rlrobot(s, f"mujoco-{s.gym_id}", compiled=True)}
+           if s.compile_row else {}),
         "ppo_rlrobot_gym_adapter": lambda: ppo_rlrobot(s, f"gym:{s.gym_id}"),
         "ppo_sb3": lambda: ppo_sb3(s),
         "ppo_rsl_rl": lambda: ppo_rsl_rl(s),
@@ -329,6 +357,10 @@ RATIOS = (  # (name, numerator, denominator)
     ("PPO train: rlrobot native / rsl_rl", "ppo_rlrobot_native", "ppo_rsl_rl"),
     ("PPO train: rlrobot native fast (tanh-fast, fused Adam) / SB3", "ppo_rlrobot_native_fast", "ppo_sb3"),
     ("PPO train: rlrobot native fast (tanh-fast, fused Adam) / rsl_rl", "ppo_rlrobot_native_fast", "ppo_rsl_rl"),
+    ("PPO train: rlrobot native compiled (fast + torch.compile, after its first iteration) / SB3",
+     "ppo_rlrobot_native_compiled", "ppo_sb3"),
+    ("PPO train: rlrobot native compiled (fast + torch.compile, after its first iteration) / rsl_rl",
+     "ppo_rlrobot_native_compiled", "ppo_rsl_rl"),
     ("PPO train: rlrobot gym adapter / SB3", "ppo_rlrobot_gym_adapter", "ppo_sb3"),
     ("SAC updates/s: rlrobot / SB3", "sac_rlrobot", "sac_sb3"),
 )
@@ -354,7 +386,8 @@ def run_peers_bench(s: PeerSettings, only: tuple[str, ...] = (), progress_json: 
         for name, fn in runs.items():  # round-robin: every library sees the same machine load in each round
             r = fn()
             samples[name].append((r.get("env_steps") or r["updates"]) / r["seconds"])
-            console.print(f"round {round_ + 1}/{s.rounds}  {name}: {samples[name][-1]:,.1f}/s ({r['seconds']:.1f} s)")
+            first = f", first iteration {r['first_iteration_s']:.1f} s" if "first_iteration_s" in r else ""
+            console.print(f"round {round_ + 1}/{s.rounds}  {name}: {samples[name][-1]:,.1f}/s ({r['seconds']:.1f} s{first})")
         if progress_json:
             with open(progress_json, "w") as f:
                 json.dump({"settings": asdict(s), "samples": samples}, f, indent=2)
