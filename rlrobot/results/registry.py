@@ -375,12 +375,13 @@ def _flow_rl_push() -> Entry:
 
 # PolicyTrim's execute-length curriculum (issue 21): the SFT policy executes 2 of its 5-action chunks; Flow-NFT with the
 # paired baseline grows the executed part while training success holds. Before / after on the same 128 episodes.
+def evaluate(name: str, run: str, *flags: str) -> Step:
+    """``rlrobot eval`` of an earlier step's run on 128 episodes (the same seeded episodes for every run)."""
+    return Step(name, "eval", ("eval", "--checkpoint", run, "--episodes", "128", "--no-video", "--out", "{out}", *flags))
+
+
 def _policytrim_lift() -> Entry:
     collect, sft = _demos_and_sft()
-
-    def evaluate(name: str, run: str, *flags: str) -> Step:
-        return Step(name, "eval", ("eval", "--checkpoint", run, "--episodes", "128", "--no-video", "--out", "{out}", *flags))
-
     trim = _train("so101-lift", "flow-nft", "--init", "{sft}", "--total-steps", "320000", "--eval-every", "25",
                   "--eval-episodes", "64", *NFT_PAIRED_FLAGS, "--trim.curriculum", "--flow.execute-steps", "2", name="trim")
     return Entry(
@@ -402,7 +403,40 @@ def _policytrim_lift() -> Entry:
         curve="trim.eval/success_rate", group="study")
 
 
-ENTRIES = ENTRIES + (_flow_rl_lift(), _flow_nft_noise_lift(), _flow_rl_push(), _policytrim_lift())
+
+
+# PolicyTrim's step-efficiency reward (issue 21): Flow-NFT in group mode (each group of 8 envs shares a start state and
+# scores whole episodes) from the 10-demo SFT, scored by success plus a bonus for an early first success where the
+# group reproduces it, against the same run scored by success alone (the control: what RL without the bonus does to
+# the episode length). Before / after on the same 128 episodes.
+def _policytrim_steps_lift() -> Entry:
+    collect, sft = _demos_and_sft()
+    group = ("--total-steps", "320000", "--eval-every", "16", "--eval-episodes", "64", *NFT_PAIRED_FLAGS,
+             "--flow-nft.sampler", "noise", "--flow-nft.optimality", "group", "--flow-nft.rollout-chunks", "20")
+    runs = tuple(_train("so101-lift", "flow-nft", "--init", "{sft}", *group, "--flow-nft.group-score", score, name=name)
+                 for name, score in (("steps", "success-steps"), ("success", "success")))
+    return Entry(
+        name="policytrim-steps-so101-lift", title="PolicyTrim step-efficiency reward on so101-lift: Flow-NFT (group "
+        "mode, paired baseline, noise sampler) from a 10-demo SFT scored by success + early-success bonus vs by success "
+        "alone", task="so101-lift",
+        steps=(collect, sft, evaluate("before", "{sft}"), *runs, evaluate("after_steps", "{steps}"),
+               evaluate("after_success", "{success}")),
+        figures=(Figure("before.success_rate", "SFT", ".3f"),
+                 Figure("after_steps.success_rate", "step bonus", ".3f", per_seed=True),
+                 Figure("after_success.success_rate", "success only", ".3f", per_seed=True),
+                 Figure("before.steps_to_success_mean", "SFT steps to first success", ".1f"),
+                 Figure("after_steps.steps_to_success_mean", "step bonus: steps to first success", ".1f", per_seed=True),
+                 Figure("after_success.steps_to_success_mean", "success only: steps to first success", ".1f",
+                        per_seed=True),
+                 Figure("steps.wall_s", "training s", ".0f")),
+        budget="10 demos, 2,000 SFT updates, 320k env steps Flow-NFT per score; 128 evaluation episodes before / after",
+        seeds=2, cost="~10 min per seed on one core",
+        target="step bonus: fewer steps to first success at equal success (within 0.03)",
+        curve="steps.eval/success_rate", group="study")
+
+
+ENTRIES = ENTRIES + (_flow_rl_lift(), _flow_nft_noise_lift(), _flow_rl_push(), _policytrim_lift(),
+                     _policytrim_steps_lift())
 
 
 def entry(name: str) -> Entry:
