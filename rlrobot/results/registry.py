@@ -369,7 +369,7 @@ def _flow_rl_push() -> Entry:
                                                                                  per_seed=True),
                  Figure("noise.wall_s", "Flow-Noise training s", ".0f"), Figure("nft.wall_s", "Flow-NFT training s", ".0f"),
                  Figure("sde.wall_s", "Flow-SDE training s", ".0f")),
-        budget="10 demos, 2,000 SFT updates, 960k env steps per RL method", seeds=2,
+        budget="10 demos, 2,000 SFT updates, 960k env steps per RL method", seeds=3,
         cost="~23 min per seed on one core",
         target="NFT: as good or better than Flow-Noise, cheaper per update", curve="nft.eval/success_rate")
 
@@ -430,7 +430,7 @@ def _policytrim_steps_lift() -> Entry:
                         per_seed=True),
                  Figure("steps.wall_s", "training s", ".0f")),
         budget="10 demos, 2,000 SFT updates, 320k env steps Flow-NFT per score; 128 evaluation episodes before / after",
-        seeds=2, cost="~10 min per seed on one core",
+        seeds=3, cost="~9 min per seed on one core",
         target="step bonus: fewer steps to first success at equal success (within 0.03)",
         curve="steps.eval/success_rate", group="study")
 
