@@ -64,8 +64,8 @@ class PPOConfig(AlgorithmConfig):
     update up to float rounding (not bit-identical to the default, hence opt-in)"""
     compile: bool = False
     """torch.compile the minibatch loss (forward and backward as generated kernels; on the CPU it needs a C++
-    compiler): 1.2-1.3x faster minibatch step on the development CPU, the same update up to float rounding (opt-in);
-    the first update pays the compile (~10-25 s)"""
+    compiler): 1.15-1.3x faster minibatch step on the development CPU, the same update up to float rounding (opt-in);
+    the first update pays the compile (3-25 s measured there), so it pays off in runs of several minutes"""
 
     def validate(self, run) -> None:
         validate_ppo_common(self, "ppo")

@@ -352,7 +352,6 @@ def _flow_nft_noise_lift() -> Entry:
         group="study")
 
 
-
 # The same comparison on so101-push (issue 21's second task), NFT in its best measured form on lift (paired baseline,
 # Flow-Noise's sampler for the rollouts), from one 10-demo SFT checkpoint per seed.
 def _flow_rl_push() -> Entry:
@@ -373,13 +372,14 @@ def _flow_rl_push() -> Entry:
         cost="~23 min per seed on one core",
         target="NFT: as good or better than Flow-Noise, cheaper per update", curve="nft.eval/success_rate")
 
-# PolicyTrim's execute-length curriculum (issue 21): the SFT policy executes 2 of its 5-action chunks; Flow-NFT with the
-# paired baseline grows the executed part while training success holds. Before / after on the same 128 episodes.
-def evaluate(name: str, run: str, *flags: str) -> Step:
+
+def _evaluate(name: str, run: str, *flags: str) -> Step:
     """``rlrobot eval`` of an earlier step's run on 128 episodes (the same seeded episodes for every run)."""
     return Step(name, "eval", ("eval", "--checkpoint", run, "--episodes", "128", "--no-video", "--out", "{out}", *flags))
 
 
+# PolicyTrim's execute-length curriculum (issue 21): the SFT policy executes 2 of its 5-action chunks; Flow-NFT with the
+# paired baseline grows the executed part while training success holds. Before / after on the same 128 episodes.
 def _policytrim_lift() -> Entry:
     collect, sft = _demos_and_sft()
     trim = _train("so101-lift", "flow-nft", "--init", "{sft}", "--total-steps", "320000", "--eval-every", "25",
@@ -387,9 +387,9 @@ def _policytrim_lift() -> Entry:
     return Entry(
         name="policytrim-so101-lift", title="PolicyTrim execute-length curriculum on so101-lift: 10-demo SFT executing "
         "2 of 5 actions per chunk -> Flow-NFT (paired baseline) growing the executed part", task="so101-lift",
-        steps=(collect, sft, evaluate("before", "{sft}", "--execute-steps", "2"),
-               evaluate("before_long", "{sft}", "--execute-steps", "4"),
-               evaluate("before_full", "{sft}", "--execute-steps", "5"), trim, evaluate("after", "{trim}")),
+        steps=(collect, sft, _evaluate("before", "{sft}", "--execute-steps", "2"),
+               _evaluate("before_long", "{sft}", "--execute-steps", "4"),
+               _evaluate("before_full", "{sft}", "--execute-steps", "5"), trim, _evaluate("after", "{trim}")),
         figures=(Figure("before.success_rate", "SFT executing 2 of 5", ".3f"),
                  Figure("after.success_rate", "after", ".3f", per_seed=True),
                  Figure("after.execute_steps", "after: executed actions per chunk", ".0f", per_seed=True),
@@ -401,8 +401,6 @@ def _policytrim_lift() -> Entry:
         budget="10 demos, 2,000 SFT updates, 320k env steps Flow-NFT; 128 evaluation episodes before / after",
         seeds=2, cost="~6 min per seed on one idle core", target="after: executed fraction up at equal success (within 0.03)",
         curve="trim.eval/success_rate", group="study")
-
-
 
 
 # PolicyTrim's step-efficiency reward (issue 21): Flow-NFT in group mode (each group of 8 envs shares a start state and
@@ -419,8 +417,8 @@ def _policytrim_steps_lift() -> Entry:
         name="policytrim-steps-so101-lift", title="PolicyTrim step-efficiency reward on so101-lift: Flow-NFT (group "
         "mode, paired baseline, noise sampler) from a 10-demo SFT scored by success + early-success bonus vs by success "
         "alone", task="so101-lift",
-        steps=(collect, sft, evaluate("before", "{sft}"), *runs, evaluate("after_steps", "{steps}"),
-               evaluate("after_success", "{success}")),
+        steps=(collect, sft, _evaluate("before", "{sft}"), *runs, _evaluate("after_steps", "{steps}"),
+               _evaluate("after_success", "{success}")),
         figures=(Figure("before.success_rate", "SFT", ".3f"),
                  Figure("after_steps.success_rate", "step bonus", ".3f", per_seed=True),
                  Figure("after_success.success_rate", "success only", ".3f", per_seed=True),
