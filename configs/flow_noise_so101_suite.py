@@ -1,5 +1,6 @@
 """Flow-Noise PPO over the whole so101-suite (every env draws a family and an instruction per episode) from a
-multi-task SFT checkpoint (pass --init PATH); the policy reads the state and the instruction embedding."""
+multi-task SFT checkpoint (pass --init PATH); the policy is the SFT preset's (instruction tokens, named entity
+attention)."""
 
 from rlrobot.algorithms.flow_ppo import FlowPPOConfig
 from rlrobot.config import train_config

@@ -114,6 +114,8 @@ def all_instructions() -> list[str]:
 
 
 VOCABULARY = Vocabulary.from_texts(all_instructions(), MAX_TOKENS)
+ENTITY_NAMES = (*(f"{c} {s}" for s, c in OBJECTS), *CONTAINERS, *(f"{c} zone" for c in COLOURS))
+"""every entity of ``SO101Suite.state_entities`` by its words, in that order"""
 
 
 # ---------------------------------------------------------------------------------------------- layout geometry
@@ -169,6 +171,9 @@ class SO101Suite(SO101Env):
     _container_start = _quat_start + 4 * len(OBJECTS)
     _zone_start = _container_start + 3 * len(CONTAINERS)
     _contact_start = _zone_start + 2 * len(COLOURS)
+    entity_name_tokens = tuple(" ".join(str(int(i)) for i in ids if i) for ids in VOCABULARY.encode(ENTITY_NAMES))
+    """flow.entity_names of the suite presets: ENTITY_NAMES as instruction token ids"""
+    tcp_index = 6 + 6  # the gripper's xyz in ``state`` (after joint positions and velocities): flow.entity_anchor
     state_entities = (f"{_arm_dims}:{len(OBJECTS)}:3+{_quat_start}:{len(OBJECTS)}:4+{_contact_start}:{len(OBJECTS)}:2",
                       f"{_container_start}:{len(CONTAINERS)}:3", f"{_zone_start}:{len(COLOURS)}:2")
 

@@ -32,6 +32,11 @@ class CollectArgs:
     '' = the expert with --noise"""
     noise: float = 0.0
     """std of Gaussian noise added to the expert's actions (in the normalised action space) before execution"""
+    label: str = "executed"
+    """what a frame's `action` is: executed (the action the env ran: offline RL needs it) | expert (the scripted
+    expert's noise-free action at the visited state while the env runs the noisy one, as DART collects: states that
+    drift off the expert's path, labelled with how the expert recovers, for SFT / BC; the executed action is kept as
+    `action.executed`)"""
     success_only: bool = False
     """keep only episodes that end in success"""
     obs_mode: str = "state"
@@ -66,6 +71,8 @@ def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
         raise ValueError(f"episodes and num_envs must be >= 1, got {args.episodes} and {args.num_envs}")
     if args.noise < 0:
         raise ValueError(f"noise must be >= 0, got {args.noise}")
+    if args.label not in ("executed", "expert"):
+        raise ValueError(f"label={args.label!r} is not one of: executed, expert")
     env = rlrobot.make(args.task, args.num_envs, seed=args.seed, obs_mode=args.obs_mode,
                        control_mode=args.control_mode, image_size=args.image_size)
     try:
@@ -89,6 +96,9 @@ def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
             c, h, w = space.shape
             features[image_feature(key)] = {"dtype": "image", "shape": [h, w, c], "names": ["height", "width", "channels"]}
     features["action"] = {"dtype": "float32", "shape": [action_dim], "names": None}
+    expert_labels = args.label == "expert"
+    if expert_labels:
+        features["action.executed"] = {"dtype": "float32", "shape": [action_dim], "names": None}
     features["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
     features["next.done"] = {"dtype": "bool", "shape": [1], "names": None}
     features["next.success"] = {"dtype": "bool", "shape": [1], "names": None}
@@ -114,13 +124,16 @@ def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = (terminated | truncated).numpy()
         host = {k: v.numpy() for k, v in obs.items() if k not in INSTRUCTION_KEYS}
+        label = behaviour.expert_label if expert_labels else action
         for i in range(env.num_envs):
-            frame: dict[str, Any] = {"action": action[i].numpy().astype(np.float32),
+            frame: dict[str, Any] = {"action": label[i].numpy().astype(np.float32),
                                      "next.reward": np.array([reward[i].item()], np.float32),
                                      "next.done": np.array([bool(done[i])]),
                                      "next.success": np.array([bool(info["success"][i])]),
                                      "next.terminated": np.array([bool(terminated[i])]),
                                      "next.truncated": np.array([bool(truncated[i])])}
+            if expert_labels:
+                frame["action.executed"] = action[i].numpy().astype(np.float32)
             for key, value in host.items():
                 frame[obs_feature(key)] = value[i] if key == "state" else value[i].transpose(1, 2, 0)
             buffers[i].append(frame)
@@ -148,7 +161,7 @@ def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
     meta = {"task": args.task, "control_mode": args.control_mode, "obs_mode": args.obs_mode,
             "action_dim": action_dim, "observation_space": {k: list(v.shape) for k, v in obs_space.spaces.items()},
             "max_episode_steps": env.max_episode_steps, "control_dt": float(env.control_dt), "expert_noise": rec.noise,
-            "success_only": args.success_only, "episodes_attempted": attempted,
+            "action_label": args.label, "success_only": args.success_only, "episodes_attempted": attempted,
             "expert_success_rate": float(np.mean(outcomes)), "seed": args.seed,
             "recipe": args.recipe or None, "recipe_summary": rec.summary if args.recipe else None,
             "episode_behaviours": modes, "success_rate": float(np.mean(kept_success)),

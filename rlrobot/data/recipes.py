@@ -104,7 +104,9 @@ class BehaviourPolicy:
         return torch.where(torch.as_tensor(self.reaching, device=expert.device)[:, None], reach, expert)
 
     def act(self, env) -> torch.Tensor:
+        """The action each env executes; ``self.expert_label`` keeps the expert's own, noise-free one (DART labels)."""
         action = env.expert_action()
+        self.expert_label = action
         if self.recipe.play:
             action = self._play_actions(env, action)
         if self.recipe.noise > 0:

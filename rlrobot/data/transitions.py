@@ -5,7 +5,9 @@ Features read (LeRobot's names; ``rlrobot collect`` writes all of them):
 
 - ``observation.state`` -> ``obs["state"]``; ``action`` (the task's normalised action space). A recording of
   ``rlrobot deploy --record`` stores the commanded joint targets in ``action`` and the policy's own (normalised)
-  action in ``action.policy``: when ``action.policy`` exists it is the action.
+  action in ``action.policy``: when ``action.policy`` exists it is the action. A DART collection
+  (``rlrobot collect --label expert``) stores the expert's noise-free label in ``action`` and what the env ran in
+  ``action.executed``: the transitions take ``action.executed`` (SFT imitates ``action``).
 - ``next.reward`` (0 where absent: ``has_rewards`` is then False and the runner lets only behaviour cloning train);
   ``next.success`` (False where absent).
 - Episode ends: ``next.terminated`` (an MDP end: no bootstrap) and ``next.truncated`` (a time-out: bootstrap from
@@ -224,8 +226,13 @@ def dataset_meta(root: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def action_feature(features: dict[str, Any]) -> str:
-    """``action.policy`` in a deploy recording (``action`` holds the commanded joint targets there), else ``action``."""
-    return "action.policy" if "action.policy" in features else "action"
+    """The action a transition took: ``action.policy`` in a deploy recording (``action`` holds the commanded joint
+    targets there), ``action.executed`` in a DART collection (``action`` is the expert's label there), else
+    ``action``."""
+    for key in ("action.policy", "action.executed"):
+        if key in features:
+            return key
+    return "action"
 
 
 def check_dataset(root: str | Path, *, obs_shapes: dict[str, tuple], action_dim: int, task: str | None,

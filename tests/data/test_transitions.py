@@ -130,6 +130,27 @@ def test_collect_recipe_writes_terminated_and_truncated_and_loads(tmp_path):
         collect_demonstrations(CollectArgs(task="so101-reach", recipe="expart", out=str(tmp_path / "x")))
 
 
+def test_collect_with_expert_labels_stores_the_clean_label_and_transitions_read_the_executed_action(tmp_path):
+    """DART (--label expert): the env runs expert + noise, `action` is the expert's noise-free action at the visited
+    state (what SFT imitates), `action.executed` what ran (what the transitions take)."""
+    from rlrobot.commands.collect import CollectArgs, collect_demonstrations
+    from rlrobot.data.lerobot_dataset import read_lerobot_dataset
+
+    out = tmp_path / "dart"
+    summary = collect_demonstrations(CollectArgs(task="so101-reach", episodes=2, out=str(out), num_envs=2, seed=3,
+                                                 noise=0.3, label="expert"))
+    assert summary["action_label"] == "expert"
+    d = load(out, obs_shapes={"state": (27,)}, action_dim=5, task="so101-reach")
+    assert d.info["action_feature"] == "action.executed"
+    frames = read_lerobot_dataset(out)["frames"]
+    labels = torch.as_tensor(np.stack(frames["action"]))
+    torch.testing.assert_close(torch.as_tensor(np.stack(frames["action.executed"])), d.actions)
+    gap = (labels - d.actions).abs()
+    assert 0.1 < gap.mean() < 0.5  # noise std 0.3, clipped at the action bounds
+    with pytest.raises(ValueError, match="label='noisy' is not one of: executed, expert"):
+        collect_demonstrations(CollectArgs(task="so101-reach", episodes=1, out=str(tmp_path / "x"), label="noisy"))
+
+
 def test_a_dataset_recorded_by_deploy_loads_and_only_behaviour_cloning_trains_on_it(tmp_path):
     import importlib.util
 

@@ -97,15 +97,19 @@ def test_flow_tokens_keep_the_word_order_and_film_on_tokens_starts_unconditioned
         FlowPolicyConfig(obs_keys=("state", "instruction_tokens", "instruction_embedding")).validate()
 
 
-def test_entity_attention_reads_the_entity_the_words_name_and_generalises_to_new_layouts():
+@pytest.mark.parametrize("names", [(), ("2", "3", "4")])
+def test_entity_attention_reads_the_entity_the_words_name_and_generalises_to_new_layouts(names):
     """Three entities at random positions, the instruction names one, the target chunk is that entity's position:
     from 48 examples the entity-attention encoder predicts it for new layouts, and follows the words (the wrong word
-    gives the other entity's position, not this one's)."""
+    gives the other entity's position, not this one's). With identity keys and with keys made from the entities'
+    names (token i + 2 names entity i)."""
     torch.manual_seed(0)
     arm, entities = 2, 3
     cfg = FlowPolicyConfig(obs_keys=("state", "instruction_tokens"), chunk_size=1, state_entities=(f"{arm}:{entities}:2",),
                            state_hidden=(32, 32), embed_dim=64, velocity_hidden=(128, 128), time_embed_dim=16,
-                           noise_hidden=(16,), value_hidden=(16,), entity_dim=32, entity_queries=1, instruction_vocab=8)
+                           noise_hidden=(16,), value_hidden=(16,), entity_dim=32, entity_queries=1, instruction_vocab=8,
+                           entity_names=names)
+    cfg.validate()
     policy = MLPFlowPolicy({"state": (arm + 2 * entities,), "instruction_tokens": (3,)}, 2, cfg)
 
     def layouts(n: int, seed: int) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
@@ -133,3 +137,46 @@ def test_entity_attention_reads_the_entity_the_words_name_and_generalises_to_new
     follows = (policy.sample_actions(wrong)[:, 0] - pos[rows, other]).norm(dim=-1)
     spread = (pos[rows, named] - pos[rows, other]).norm(dim=-1).mean()  # ~1.0: what ignoring the words costs
     assert error.mean() < 0.25 * spread and follows.mean() < 0.25 * spread
+
+
+def test_named_entity_keys_pick_the_named_entity_before_any_training_and_check_their_config():
+    """Keys are the names' mean word embedding, queries pool the instruction's words: with the identity maps they
+    start as, an instruction made of one entity's name words already attends to that entity most."""
+    torch.manual_seed(0)
+    arm = 2
+    names = ("2 5", "3 5", "2 6", "4 7")  # "red cube", "green cube", "red zone", "blue bin"
+    cfg = FlowPolicyConfig(obs_keys=("state", "instruction_tokens"), state_entities=(f"{arm}:4:3",),
+                           entity_names=names, entity_queries=1, instruction_vocab=8)
+    policy = MLPFlowPolicy({"state": (arm + 12,), "instruction_tokens": (4,)}, ACT, cfg)
+    tokens = torch.tensor([[int(x) for x in n.split()] + [0, 0] for n in names])
+    attention = policy.entities.attention(torch.zeros(4, cfg.instruction_dim), tokens)[:, 0]  # [4 names, 4 entities]
+    assert (attention.argmax(-1) == torch.arange(4)).all()
+    for bad, match in [(dict(entity_names=("2 5",)), "has 1 names"), (dict(entity_names=("2 x", "3", "4", "5")), "token ids"),
+                       (dict(entity_names=("9", "3", "4", "5")), "token ids")]:
+        with pytest.raises(ValueError, match=match):
+            c = FlowPolicyConfig(**{**cfg.__dict__, **bad})
+            c.validate()
+            MLPFlowPolicy({"state": (arm + 12,), "instruction_tokens": (4,)}, ACT, c)
+    with pytest.raises(ValueError, match="entity_names needs"):
+        FlowPolicyConfig(obs_keys=("state", "instruction_embedding"), state_entities=(f"{arm}:4:3",),
+                         entity_names=names).validate()
+
+
+def test_entity_relations_are_the_picked_positions_relative_to_the_gripper_and_to_each_other():
+    """flow.entity_anchor: with one-hot attention the relational features are exactly (entity - gripper) and
+    (entity b - entity a) in metres x 10, with their lengths; a 2-wide entity (a zone) gets z = 0."""
+    cfg = FlowPolicyConfig(obs_keys=("state", "instruction_tokens"), state_entities=("3:2:3", "9:1:2"),
+                           entity_queries=2, entity_anchor=0)
+    policy = MLPFlowPolicy({"state": (11,), "instruction_tokens": (4,)}, ACT, cfg)
+    raw = torch.randn(5, 11)
+    attention = torch.zeros(5, 2, 3)
+    attention[:, 0, 1] = 1.0  # query 0: the second object; query 1: the zone
+    attention[:, 1, 2] = 1.0
+    features = policy.entities.relations(raw, attention)
+    gripper, obj = raw[:, 0:3], raw[:, 6:9]
+    zone = torch.cat([raw[:, 9:11], torch.zeros(5, 1)], 1)
+    vectors = torch.stack([obj - gripper, zone - gripper, zone - obj], 1) * 10.0
+    torch.testing.assert_close(features, torch.cat([vectors.flatten(1), vectors.norm(dim=-1)], 1))
+    assert policy.encode({"state": raw, "instruction_tokens": torch.ones(5, 4)}).shape == (5, cfg.embed_dim)
+    with pytest.raises(ValueError, match="entity_anchor"):
+        FlowPolicyConfig(obs_keys=("state", "instruction_tokens"), entity_anchor=0).validate()

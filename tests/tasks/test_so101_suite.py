@@ -7,7 +7,9 @@ import torch
 
 import rlrobot
 from rlrobot.tasks.so101_suite import (
+    COLOURS,
     EMBEDDINGS_TABLE,
+    OBJECTS,
     VOCABULARY,
     SO101Suite,
     all_instructions,
@@ -120,6 +122,12 @@ def test_state_entities_point_at_each_entity_in_the_state():
     np.testing.assert_allclose(state[:, start:start + count * width].reshape(4, 2, 3), env.container_pos, atol=1e-6)
     start, count, width = zones[0]
     np.testing.assert_allclose(state[:, start:start + count * width].reshape(4, 4, 2), env.zone_pos[:, :, :2], atol=1e-6)
+    tcp = SO101Suite.tcp_index  # flow.entity_anchor of the presets
+    np.testing.assert_allclose(state[:, tcp:tcp + 3], env.tcp, atol=1e-6)
+    # flow.entity_names: one name per entity, in state_entities order, in the instructions' own words
+    names = [VOCABULARY.decode(np.array([int(i) for i in ids.split()])) for ids in SO101Suite.entity_name_tokens]
+    assert names == [*(f"{c} {s}" for s, c in OBJECTS), "bin", "bowl", *(f"{c} zone" for c in COLOURS)]
+    assert len(names) == sum(parts[0][1] for parts in (objects, containers, zones))
     env.close()
 
 
