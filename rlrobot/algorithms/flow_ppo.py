@@ -112,9 +112,14 @@ class FlowPPOConfig(AlgorithmConfig):
         adopt_init_architecture(run)
 
 
+# flow-policy settings that do not shape the weights: set on this run (differing from the default), they win over
+# the --init checkpoint's (Flow-Noise's noise bounds were silently taken from the SFT checkpoint before)
+RUN_FLOW_SETTINGS = ("execute_steps", "noise_std_min", "noise_std_max")
+
+
 def adopt_init_architecture(run) -> None:
     """Fine-tuning starts from the ``--init`` checkpoint: its flow-policy architecture becomes this run's (a
-    checkpoint of another policy kind is refused)."""
+    checkpoint of another policy kind is refused); ``RUN_FLOW_SETTINGS`` given on this run are kept."""
     if run.init in ("", "none") or run.resume:
         return
     from rlrobot.config import config_from_checkpoint
@@ -127,8 +132,10 @@ def adopt_init_architecture(run) -> None:
         raise ValueError(f"init={run.init!r} holds a {kind!r} policy; algo={run.algo!r} fine-tunes a 'flow' policy "
                          "(train one first with --algo sft)")
     init_flow = config_from_checkpoint(saved).flow
-    if run.flow.execute_steps:  # given on this command line: it wins over the checkpoint's
-        init_flow.execute_steps = run.flow.execute_steps
+    defaults = type(run.flow)()
+    for name in RUN_FLOW_SETTINGS:
+        if getattr(run.flow, name) != getattr(defaults, name):
+            setattr(init_flow, name, getattr(run.flow, name))
     run.flow = init_flow
 
 

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from rlrobot.cli import main
 from rlrobot.commands.collect import CollectArgs, collect_demonstrations
@@ -127,6 +128,27 @@ def test_dataset_that_does_not_match_the_task(reach_demos, tmp_path, capsys):
         main(["train", "--algo", "sft", "--task", "so101-reach", "--dataset", str(reach_demos), "--flow.denoising-steps", "0",
               "--out", str(tmp_path / "w"), *SMALL])
     assert "flow.denoising_steps (K) must be >= 1" in capsys.readouterr().out
+
+
+def test_init_adopts_the_checkpoint_architecture_but_keeps_this_runs_sampling_settings(tmp_path):
+    """--init: the SFT checkpoint's network shapes win; execute steps and Flow-Noise's noise bounds set on the
+    fine-tuning run win over the checkpoint's (they were silently replaced by the SFT run's before)."""
+    from rlrobot.algorithms.flow_ppo import adopt_init_architecture
+    from rlrobot.config import train_config
+    from rlrobot.policies.flow import FlowPolicyConfig
+    from rlrobot.runners.checkpoint import save_checkpoint
+
+    sft = train_config("sft", task="so101-reach", flow=FlowPolicyConfig(velocity_hidden=(32, 32), execute_steps=3))
+    ckpt = tmp_path / "sft" / "checkpoints"
+    save_checkpoint(ckpt, "iter_000001", torch.nn.Linear(1, 1), {"train": sft.to_dict(), "policy_kind": "flow"})
+    run = train_config("flow-noise", task="so101-reach", init=str(tmp_path / "sft"),
+                       flow=FlowPolicyConfig(noise_std_min=0.02, noise_std_max=0.05))
+    adopt_init_architecture(run)
+    assert run.flow.velocity_hidden == (32, 32) and run.flow.execute_steps == 3
+    assert (run.flow.noise_std_min, run.flow.noise_std_max) == (0.02, 0.05)
+    run = train_config("flow-noise", task="so101-reach", init=str(tmp_path / "sft"), flow=FlowPolicyConfig(execute_steps=2))
+    adopt_init_architecture(run)
+    assert run.flow.execute_steps == 2 and run.flow.noise_std_max == FlowPolicyConfig().noise_std_max
 
 
 def test_init_from_another_policy_type(tmp_path, capsys):
