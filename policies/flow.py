@@ -633,6 +633,11 @@ class MLPFlowPolicy(nn.Module, FlowSampling):
     def value_parameters(self) -> Iterable[nn.Parameter]:
         return self.value_head.parameters()
 
+    def encoder_parameters(self) -> Iterable[nn.Parameter]:
+        """What encode() runs: the observation branches, instruction tokens, entity attention, fusion and FiLM."""
+        parts = [self.branches, self.fuse, self.tokens, self.entities, self.film]
+        return [p for part in parts if part is not None for p in part.parameters()]
+
     def flow_matching_parameters(self) -> Iterable[nn.Parameter]:
         heads = {id(p) for head in (self.value_head, self.noise_head) for p in head.parameters()}
         return [p for p in self.parameters() if id(p) not in heads]

@@ -85,6 +85,10 @@ class FlowPPOConfig(AlgorithmConfig):
     """iterations that train only the value head (the SFT checkpoint has none)"""
     normalize_advantages: bool = True
     """advantages to zero mean, unit std per update"""
+    freeze_encoder: bool = False
+    """train the action expert (velocity network, noise head) and the value head only; the observation encoder
+    (instruction tokens, entity attention, state / image encoders: what encode() runs) keeps its --init weights, as
+    RL fine-tuning of a VLA often keeps its vision-language backbone"""
 
     def validate(self, run) -> None:
         validate_ppo_common(self, "flow_ppo")
@@ -151,6 +155,12 @@ class FlowPPO:
         value_params = list(policy.value_parameters())
         ids = {id(p) for p in value_params}
         policy_params = [p for p in policy.parameters() if id(p) not in ids]
+        if cfg.freeze_encoder:
+            if not hasattr(policy, "encoder_parameters"):
+                raise ValueError(f"flow_ppo.freeze_encoder: the policy ({type(policy).__name__}) does not name its "
+                                 "observation encoder's parameters (encoder_parameters())")
+            encoder = {id(p) for p in policy.encoder_parameters()}
+            policy_params = [p for p in policy_params if id(p) not in encoder]
         self.optimizer = torch.optim.Adam([{"params": policy_params, "lr": cfg.lr},
                                            {"params": value_params, "lr": cfg.value_lr}])
         # clipped apart: the value head sees a detached embedding, and its large early gradients must not shrink

@@ -75,6 +75,19 @@ def test_critic_warmup_leaves_the_actor_alone(tmp_path):
     runner.env.close()
 
 
+def test_freeze_encoder_updates_the_action_expert_and_value_head_only(tmp_path):
+    runner = FlowOnPolicyRunner(small_config(tmp_path, "flow-noise", freeze_encoder=True))
+    runner.obs, _ = runner.env.reset(seed=0)
+    runner._rollout()
+    encoder = {id(p) for p in runner.policy.encoder_parameters()}
+    assert encoder and encoder <= {id(p) for p in runner.policy.parameters()}
+    before = {name: p.detach().clone() for name, p in runner.policy.named_parameters()}
+    runner.algo.update()
+    for name, p in runner.policy.named_parameters():
+        assert torch.equal(before[name], p) == (id(p) in encoder), name
+    runner.env.close()
+
+
 def test_bad_flow_settings(tmp_path):
     cfg = small_config(tmp_path, "flow-noise", sde_mode="sometimes")
     with pytest.raises(ValueError, match="sde_mode"):
