@@ -137,7 +137,6 @@ class FlowPolicyConfig:
             raise ValueError("flow.instruction_fusion='film' modulates the other observations' embedding: add 'state' "
                              "or an image key to flow.obs_keys")
 
-
     def _validate_entities(self) -> None:
         if self.state_entities:
             if "state" not in self.obs_keys or not {INSTRUCTION_KEY, TOKENS_KEY} & set(self.obs_keys):
@@ -150,6 +149,10 @@ class FlowPolicyConfig:
         if self.entity_names:
             if not self.state_entities or TOKENS_KEY not in self.obs_keys:
                 raise ValueError("flow.entity_names needs flow.state_entities and 'instruction_tokens' in flow.obs_keys")
+            count = sum(parts[0][1] for parts in parse_entities(self.state_entities))
+            if len(self.entity_names) != count:
+                raise ValueError(f"flow.entity_names has {len(self.entity_names)} names; flow.state_entities has "
+                                 f"{count} entities")
             for name in self.entity_names:
                 ids = name.split()
                 if not ids or not all(x.isdigit() and 1 < int(x) < self.instruction_vocab for x in ids):
@@ -338,19 +341,15 @@ class EntityAttention(nn.Module):
         rest = [i for i in range(state_dim) if i not in covered]
         self.register_buffer("rest", torch.tensor(rest, dtype=torch.long), persistent=False)
         self.arm = mlp(len(rest), cfg.state_hidden[:-1], cfg.state_hidden[-1], cfg.activation)
-        self.query = nn.Linear(query_dim, cfg.entity_queries * d)
+        self.query = nn.Linear(query_dim, cfg.entity_queries * d)  # identity keys (unused with named keys)
         self.key = nn.Linear(d, d)
         self.value = nn.Linear(d, d)
         self.num_queries, self.dim = cfg.entity_queries, d
         self.out_dim = cfg.state_hidden[-1] + cfg.entity_queries * d
-        self.named = bool(cfg.entity_names)
+        self.named = bool(cfg.entity_names)  # validate() checked one name per entity
         if self.named:
-            count = sum(parts[0][1] for parts in kinds)
-            if len(cfg.entity_names) != count:
-                raise ValueError(f"flow.entity_names has {len(cfg.entity_names)} names; flow.state_entities has {count} "
-                                 "entities")
             ids = [[int(x) for x in name.split()] for name in cfg.entity_names]
-            names = torch.zeros(count, max(map(len, ids)), dtype=torch.long)
+            names = torch.zeros(len(ids), max(map(len, ids)), dtype=torch.long)
             for m, row in enumerate(ids):
                 names[m, : len(row)] = torch.tensor(row)
             self.register_buffer("name_ids", names, persistent=False)
