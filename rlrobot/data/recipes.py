@@ -72,6 +72,7 @@ class BehaviourPolicy:
         self.reaching = np.zeros(num_envs, bool)  # play: reaching a random point (else the expert)
         self.goal = np.zeros((num_envs, 3))
         self.grip = np.zeros(num_envs)
+        self.expert_label: torch.Tensor | None = None  # the expert's noise-free action of the last act()
         self.new_episodes(np.arange(num_envs))
 
     def new_episodes(self, env_ids: np.ndarray) -> None:
