@@ -29,10 +29,9 @@ def preset(task: str = "so101-reach", algo: str = "ppo") -> TrainConfig:
     from rlrobot.tasks.so101_suite import FAMILIES
 
     mod = _preset_module(task, algo)
-    if mod is None and task in {f"so101-{family}" for family in FAMILIES}:
-        mod = _preset_module("so101-suite", algo)
-        if mod is not None:
-            return dataclasses.replace(copy.deepcopy(mod.CONFIG), task=task)
-    if mod is None:
-        return train_config(algo, task=task)
-    return copy.deepcopy(mod.CONFIG)
+    if mod is not None:
+        return copy.deepcopy(mod.CONFIG)
+    suite = _preset_module("so101-suite", algo) if task in {f"so101-{f}" for f in FAMILIES} else None
+    if suite is not None:
+        return dataclasses.replace(copy.deepcopy(suite.CONFIG), task=task)
+    return train_config(algo, task=task)

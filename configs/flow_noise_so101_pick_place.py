@@ -3,9 +3,9 @@ preset's): success-only reward, 64 envs x 10 chunks (3,200 env steps per iterati
 1e-5, denoising-step noise std 0.08-0.16, 1,024,000 env steps.
 
 Measured (README, suite section) from a 100-demo SFT at 0.555: 0.812 / 0.859 at 896k env steps (seeds 0 / 1), 0.750 /
-0.734 at the end. Starting
-the adaptive lr at 1e-4 (flow-policy PPO's default) took the same policy to 0.000 within 128k env steps; the suite's
-own preset (256 envs, lr 3e-5 fixed, noise std 0.02-0.05) kept a 50-demo SFT at 0.20-0.30 over 1M env steps."""
+0.734 at the end. Starting the adaptive lr at 1e-4 (flow-policy PPO's default) took the same policy to 0.000 within
+128k env steps; the suite's own preset (256 envs, lr 3e-5 fixed, noise std 0.02-0.05) left a 50-demo SFT at 0.20
+after 1M env steps (evaluations 0.09-0.30)."""
 
 from rlrobot.algorithms.flow_ppo import FlowPPOConfig
 from rlrobot.config import train_config
