@@ -33,9 +33,18 @@ class VLASection:
         return self.vla
 
 
+# --vla settings that do not shape the weights: set on this run, they win over the --init run's (the noise bounds
+# were silently taken from the SFT run before); any other field set on this run must agree with the --init run's
+VLA_RUN_SETTINGS = ("execute_steps", "noise_std_min", "noise_std_max", "detach_critic", "gradient_checkpointing",
+                    "bf16", "instruction")
+
+
 def prepare_vla(run) -> None:
-    """``--init`` (an rlrobot VLA run) adopts its ``--vla`` section; then the checkpoint fills and checks the rest."""
+    """``--init`` (an rlrobot VLA run) adopts its ``--vla`` section, keeping ``VLA_RUN_SETTINGS`` given on this run and
+    refusing other fields that differ from it; then the checkpoint fills and checks the rest."""
     if getattr(run, "init", "") and not run.resume:
+        from pathlib import Path
+
         from rlrobot.config import config_from_checkpoint
         from rlrobot.policies.registry import policy_kind_of
         from rlrobot.runners.checkpoint import load_config
@@ -44,9 +53,19 @@ def prepare_vla(run) -> None:
         kind = policy_kind_of(saved)
         if kind != "vla":
             raise ValueError(f"init={run.init!r} holds a {kind!r} policy; algo={run.algo!r} fine-tunes a 'vla' policy")
-        execute = run.vla.execute_steps
-        run.vla = config_from_checkpoint(saved).vla
-        run.vla.execute_steps = execute or run.vla.execute_steps
+        init_vla, defaults = config_from_checkpoint(saved).vla, type(run.vla)()
+        for name in vars(defaults):
+            ours, theirs = getattr(run.vla, name), getattr(init_vla, name)
+            if ours == getattr(defaults, name):
+                continue
+            if name in VLA_RUN_SETTINGS:
+                setattr(init_vla, name, ours)
+            elif name == "path" and Path(ours).expanduser().resolve() == Path(theirs).expanduser().resolve():
+                continue
+            elif ours != (tuple(theirs) if isinstance(ours, tuple) else theirs):
+                raise ValueError(f"vla.{name}={ours!r} differs from the --init run's {theirs!r}: the weights and their "
+                                 f"architecture come from --init (settings this run may change: {VLA_RUN_SETTINGS})")
+        run.vla = init_vla
     vla_config.resolve(run)
 
 

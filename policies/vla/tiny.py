@@ -151,3 +151,39 @@ def build_tiny(variant: str, out_dir: str | os.PathLike, obs_shapes: dict[str, S
     tokenizer.save_pretrained(out / "tokenizer")
     (out / TINY_MARKER).write_text(json.dumps(sizes, indent=1))
     return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """python -m rlrobot.policies.vla.tiny --variant pi0 --task so101-reach --out DIR: a tiny random checkpoint whose
+    features are the task's (state, every camera, the action of --control-mode), to try the VLA pipeline offline
+    (vla-sft, then vla-flow-noise / vla-flow-sde with --vla.path DIR)."""
+    import argparse
+
+    from rlrobot.envs.registry import make
+
+    parser = argparse.ArgumentParser(prog="python -m rlrobot.policies.vla.tiny")
+    parser.add_argument("--variant", required=True, choices=("pi0", "pi05", "smolvla"))
+    parser.add_argument("--task", default="so101-reach")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--obs-mode", default="state+rgb")
+    parser.add_argument("--control-mode", default="joint_pos")
+    parser.add_argument("--chunk-size", type=int, default=5)
+    parser.add_argument("--denoising-steps", type=int, default=4)
+    parser.add_argument("--width", type=int, default=DEFAULT_SIZES["width"], help="VLM and action-expert width")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    env = make(args.task, 1, obs_mode=args.obs_mode, control_mode=args.control_mode)
+    shapes = {k: list(v.shape) for k, v in env.single_observation_space.spaces.items()}
+    action_dim, instructions = int(env.single_action_space.shape[0]), list(env.instruction)
+    env.close()
+    out = build_tiny(args.variant, args.out, shapes, action_dim, instructions, chunk_size=args.chunk_size,
+                     denoising_steps=args.denoising_steps, seed=args.seed, sizes={"width": args.width})
+    from safetensors import safe_open
+
+    with safe_open(out / "model.safetensors", "pt") as weights:
+        count = sum(torch.Size(weights.get_slice(name).get_shape()).numel() for name in weights.keys())
+    print(f"{out} ({count:,} parameters)")
+
+
+if __name__ == "__main__":
+    main()

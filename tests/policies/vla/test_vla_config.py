@@ -124,3 +124,44 @@ def test_cli_refuses_bad_vla_input_before_compute(tmp_path, capsys, args, messag
     assert exc.value.code != 0
     assert message in capsys.readouterr().out.replace("\n", " ")
     assert not (tmp_path / "x").exists()
+
+
+def _init_run(tmp_path, **vla):
+    """An rlrobot vla-sft run's config.json (what --init reads) over a LeRobot-shaped directory."""
+    from rlrobot.policies.vla.algorithms import prepare_vla
+
+    sft = config_class("vla-sft")(task="so101-lift", obs_mode="state+rgb", control_mode="joint_pos")
+    sft.vla = VLAConfig(path=str(lerobot_dir(tmp_path, cameras=("front", "wrist"))), **vla)
+    prepare_vla(sft)
+    run = tmp_path / "sft_run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"train": sft.to_dict(), "policy_kind": "vla"}))
+    (run / "model.safetensors").write_bytes(b"")  # a checkpoint directory; prepare reads only its config
+    return run, sft.vla
+
+
+def test_init_keeps_this_runs_noise_bounds_and_refuses_another_architecture(tmp_path):
+    """--init adopts the SFT run's --vla section; run settings given on the RL run (noise bounds, execute steps)
+    win, fields that shape the weights must agree (the noise bounds were silently replaced before)."""
+    from rlrobot.policies.vla.algorithms import prepare_vla
+
+    init, init_vla = _init_run(tmp_path)
+
+    def rl(**vla):
+        run = config_class("vla-flow-noise")(task="so101-lift", obs_mode="state+rgb", control_mode="joint_pos",
+                                             init=str(init))
+        for name, value in vla.items():
+            setattr(run.vla, name, value)
+        prepare_vla(run)
+        return run.vla
+
+    plain = rl()
+    assert (plain.noise_std_min, plain.noise_std_max, plain.path) == (0.08, 0.16, init_vla.path)
+    tuned = rl(noise_std_min=0.02, noise_std_max=0.05, execute_steps=3, detach_critic=False)
+    assert (tuned.noise_std_min, tuned.noise_std_max, tuned.execute_steps, tuned.detach_critic) == (0.02, 0.05, 3, False)
+    assert tuned.chunk_size == init_vla.chunk_size == 5
+    assert rl(path=init_vla.path).path == init_vla.path  # the same directory again is fine
+    with pytest.raises(ValueError, match=r"vla.lora_rank=8 differs from the --init run's 0"):
+        rl(lora_rank=8)
+    with pytest.raises(ValueError, match=r"vla.value_hidden=\(64,\) differs from the --init run's"):
+        rl(value_hidden=(64,))
