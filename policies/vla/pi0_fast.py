@@ -334,10 +334,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--task", default="so101-reach")
     parser.add_argument("--out", required=True)
     parser.add_argument("--sft-steps", type=int, default=0)
+    parser.add_argument("--envs", type=int, default=16, help="expert data: parallel envs")
+    parser.add_argument("--steps", type=int, default=100, help="expert data: env steps per env (episodes back to back)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
-    states, chunks = expert_data(args.task)
+    states, chunks = expert_data(args.task, envs=args.envs, steps=args.steps)
     if args.sft_steps <= 0:
         print(build_tiny_pi0_fast(args.out, states.shape[1], chunks.numpy(), args.task, max_action_tokens=16,
                                   fast_vocab=128, seed=args.seed))
