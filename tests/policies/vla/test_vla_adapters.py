@@ -247,3 +247,21 @@ def test_missing_extra_is_named(tiny_dirs, lift, monkeypatch):
     with pytest.raises(ImportError, match=r"pip install -e '\.\[vla\]'"):
         _policy(tiny_dirs, lift, "smolvla")
 
+
+
+def test_tiny_builder_cli_writes_a_checkpoint_with_the_tasks_features(tmp_path, capsys):
+    """python -m rlrobot.policies.vla.tiny: a LeRobot directory whose features are so101-reach's state, both cameras
+    and the joint_pos action, which our loader accepts for that task."""
+    from rlrobot.policies.vla.config import check_features, read_pretrained_config
+    from rlrobot.policies.vla.tiny import main as tiny_main
+
+    tiny_main(["--variant", "pi0", "--task", "so101-reach", "--out", str(tmp_path / "pi0"), "--chunk-size", "4"])
+    assert "parameters" in capsys.readouterr().out
+    cfg = read_pretrained_config(str(tmp_path / "pi0"))
+    env = make("so101-reach", 1, obs_mode="state+rgb", control_mode="joint_pos")
+    space = {k: list(v.shape) for k, v in env.single_observation_space.spaces.items()}
+    env.close()
+    assert cfg["type"] == "pi0" and cfg["chunk_size"] == 4
+    assert cfg["input_features"]["observation.state"]["shape"] == space["state"]
+    assert {"observation.images.front", "observation.images.wrist"} <= set(cfg["input_features"])
+    check_features(cfg, space, 6)  # raises on a mismatch
