@@ -249,7 +249,9 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
         console.print(f"  {family}: success {row['success_rate']:.3f} over {row['episodes']} episodes", soft_wrap=True)
     if "chunk_latency_ms" in result:
         calls = result["length_mean"] / result["execute_steps"]
-        console.print(f"  chunks: K={result['denoising_steps']:.0f} denoising steps, {result['execute_steps']:.0f} of "
+        sampler = (f"K={result['denoising_steps']:.0f} denoising steps" if "denoising_steps" in result
+                   else "autoregressive action tokens")
+        console.print(f"  chunks: {sampler}, {result['execute_steps']:.0f} of "
                       f"{policy.chunk_size} actions executed ({result['chunk_utilisation']:.0%}), {calls:.1f} policy calls per "
                       f"episode, {result['chunk_latency_ms']:.2f} ms per chunk (batch 1)", soft_wrap=True)
     if "steps_to_success_mean" in result:
@@ -296,8 +298,11 @@ def chunk_timing(policy, env, seed: int, calls: int = 50) -> dict[str, float]:
         for _ in range(calls):
             policy.sample_actions(one)
     execute = getattr(policy, "execute_steps", None) or policy.chunk_size
-    return {"chunk_latency_ms": (time.perf_counter() - start) / calls * 1e3, "denoising_steps": float(policy.denoising_steps),
-            "execute_steps": float(execute), "chunk_utilisation": execute / policy.chunk_size}
+    timing = {"chunk_latency_ms": (time.perf_counter() - start) / calls * 1e3, "execute_steps": float(execute),
+              "chunk_utilisation": execute / policy.chunk_size}
+    if hasattr(policy, "denoising_steps"):  # flow policies (a token VLA decodes its chunk autoregressively)
+        timing["denoising_steps"] = float(policy.denoising_steps)
+    return timing
 
 
 def list_tasks() -> None:

@@ -113,6 +113,11 @@ def test_vla_token_ppo_through_the_cli_then_served(fast_dir, tmp_path, capsys):
     state = torch.zeros(served.metadata["observation_space"]["state"], dtype=torch.float32).numpy()
     first = served.infer({"state": state})
     assert first.shape == (5, 5) and (served.infer({"state": state}) == first).all()
+    # rlrobot eval takes the run (its chunk timing has no denoising steps to report: it crashed on them before)
+    main(["eval", "--checkpoint", str(out), "--episodes", "2", "--num-envs", "2", "--no-video", "--out",
+          str(tmp_path / "eval")])
+    result = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert result["episodes"] == 2 and "denoising_steps" not in result and result["chunk_latency_ms"] > 0
     capsys.readouterr()
     with pytest.raises(SystemExit):
         main(["train", "--algo", "vla-token-ppo", "--task", "so101-lift", "--out", str(tmp_path / "bad")])
