@@ -51,10 +51,10 @@ class VLAConfig:
     bf16: bool = True
     """bf16 autocast on CUDA (ignored on CPU)"""
 
-    def validate(self) -> None:
+    def validate(self, path_from_init: bool = False) -> None:
         if self.variant not in ("", *VARIANTS):
             raise ValueError(f"vla.variant={self.variant!r} is not one of {VARIANTS} ('' = the checkpoint's)")
-        if not self.path:
+        if not self.path and not path_from_init:  # an --init run's path is adopted by prepare()
             raise ValueError("vla.path is empty: pass --vla.path DIR, a LeRobot pretrained directory on local disk")
         for name in ("chunk_size", "denoising_steps", "execute_steps", "lora_rank"):
             if getattr(self, name) < 0:
@@ -68,7 +68,7 @@ class VLAConfig:
             raise ValueError("vla.lora_targets must name at least one module when vla.lora_rank > 0")
 
     def validate_for(self, run) -> None:
-        self.validate()
+        self.validate(path_from_init=getattr(run, "init", "") not in ("", "none"))
         images = [k for k in self.obs_keys if k.startswith("image_")]
         if images and run.obs_mode not in ("rgb", "state+rgb"):
             raise ValueError(f"the VLA reads cameras {images}: set obs_mode='state+rgb' (got obs_mode={run.obs_mode!r})")

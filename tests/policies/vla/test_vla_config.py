@@ -165,3 +165,13 @@ def test_init_keeps_this_runs_noise_bounds_and_refuses_another_architecture(tmp_
         rl(lora_rank=8)
     with pytest.raises(ValueError, match=r"vla.value_hidden=\(64,\) differs from the --init run's"):
         rl(value_hidden=(64,))
+
+
+def test_an_init_run_stands_in_for_the_path_at_validation():
+    """`--init RUN` without --vla.path validates (prepare() adopts the run's path); without either it is refused."""
+    from rlrobot.cli import parse_train_args
+
+    base = ["--algo", "vla-flow-noise", "--task", "so101-reach", "--obs-mode", "state+rgb", "--control-mode", "joint_pos"]
+    parse_train_args([*base, "--init", "runs/reach_sft"]).validate()
+    with pytest.raises(ValueError, match="vla.path is empty"):
+        parse_train_args(base).validate()
