@@ -127,7 +127,8 @@ class TokenPPO:
                 loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy_mean
                 self.optimizer.zero_grad()
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                for group in self.optimizer.param_groups:  # apart: the value loss's large gradients would
+                    torch.nn.utils.clip_grad_norm_(group["params"], cfg.max_grad_norm)  # shrink the policy's step
                 self.optimizer.step()
                 if first:
                     stats["first_ratio_max_dev"] = float(((ratio.detach() - 1).abs() * mask).max())
