@@ -341,13 +341,14 @@ class EntityAttention(nn.Module):
         rest = [i for i in range(state_dim) if i not in covered]
         self.register_buffer("rest", torch.tensor(rest, dtype=torch.long), persistent=False)
         self.arm = mlp(len(rest), cfg.state_hidden[:-1], cfg.state_hidden[-1], cfg.activation)
-        self.query = nn.Linear(query_dim, cfg.entity_queries * d)  # identity keys (unused with named keys)
-        self.key = nn.Linear(d, d)
         self.value = nn.Linear(d, d)
         self.num_queries, self.dim = cfg.entity_queries, d
         self.out_dim = cfg.state_hidden[-1] + cfg.entity_queries * d
         self.named = bool(cfg.entity_names)  # validate() checked one name per entity
-        if self.named:
+        if not self.named:  # identity keys: queries from the instruction, keys from the slots
+            self.query = nn.Linear(query_dim, cfg.entity_queries * d)
+            self.key = nn.Linear(d, d)
+        else:
             ids = [[int(x) for x in name.split()] for name in cfg.entity_names]
             names = torch.zeros(len(ids), max(map(len, ids)), dtype=torch.long)
             for m, row in enumerate(ids):
@@ -377,6 +378,12 @@ class EntityAttention(nn.Module):
             q = cfg.entity_queries
             self.num_relations = q + q * (q - 1) // 2
             self.out_dim += 4 * self.num_relations  # a 3-vector and its length per relation
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if self.named:  # checkpoints of earlier versions carry the identity-key layers, which named keys never used
+            for name in ("query.weight", "query.bias", "key.weight", "key.bias"):
+                state_dict.pop(prefix + name, None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, state: torch.Tensor, instruction: torch.Tensor, raw_state: torch.Tensor | None = None,
                 token_ids: torch.Tensor | None = None) -> torch.Tensor:

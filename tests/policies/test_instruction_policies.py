@@ -162,6 +162,29 @@ def test_named_entity_keys_pick_the_named_entity_before_any_training_and_check_t
                          entity_names=names).validate()
 
 
+def test_named_entity_keys_have_no_identity_key_layers_and_load_checkpoints_that_had_them():
+    """Named keys never used the identity-key query / key layers: they are not built, and the weights of a
+    checkpoint written while they were (an earlier version) still load, strictly, to the same outputs."""
+    names = ("2 5", "3 5", "2 6", "4 7")
+    spaces = {"state": (14,), "instruction_tokens": (4,)}
+    named = FlowPolicyConfig(obs_keys=("state", "instruction_tokens"), state_entities=("2:4:3",), entity_names=names,
+                             entity_queries=1, instruction_vocab=8)
+    policy = MLPFlowPolicy(spaces, ACT, named)
+    keys = policy.state_dict().keys()
+    assert not any(k.startswith(("entities.query.", "entities.key.")) for k in keys)
+    old = dict(policy.state_dict())
+    old.update({"entities.query.weight": torch.zeros(64, 128), "entities.query.bias": torch.zeros(64),
+                "entities.key.weight": torch.zeros(64, 64), "entities.key.bias": torch.zeros(64)})
+    fresh = MLPFlowPolicy(spaces, ACT, named)
+    fresh.load_state_dict(old)  # strict
+    obs = {"state": torch.randn(3, 14), "instruction_tokens": torch.tensor([[2, 5, 0, 0]] * 3)}
+    torch.testing.assert_close(fresh.encode(obs), policy.encode(obs))
+    identity = MLPFlowPolicy(spaces, ACT, FlowPolicyConfig(obs_keys=("state", "instruction_tokens"),
+                                                           state_entities=("2:4:3",), entity_queries=1,
+                                                           instruction_vocab=8))
+    assert {"entities.query.weight", "entities.key.weight"} <= identity.state_dict().keys()
+
+
 def test_entity_relations_are_the_picked_positions_relative_to_the_gripper_and_to_each_other():
     """flow.entity_anchor: with one-hot attention the relational features are exactly (entity - gripper) and
     (entity b - entity a) in metres x 10, with their lengths; a 2-wide entity (a zone) gets z = 0."""
