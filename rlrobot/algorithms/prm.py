@@ -225,7 +225,7 @@ def subset(data, keep_mask):
     starts = torch.nonzero(first).squeeze(1)
     start = starts[new_index]
     kept_eps = torch.unique_consecutive(episodes).tolist()
-    return ProgressData(obs=data.frames(idx), instruction_id=data.instruction_id[idx],
+    return ProgressData(obs={k: v[idx] for k, v in data.obs.items()}, instruction_id=data.instruction_id[idx],
                         instruction_family=data.instruction_family,
                         instruction_embeddings=data.instruction_embeddings, instructions=data.instructions,
                         progress=data.progress[idx], done=data.done[idx], episode_index=new_index, episode_start=start,
@@ -233,7 +233,8 @@ def subset(data, keep_mask):
                         info=dict(data.info, episodes=len(kept_eps), frames=len(idx),
                                   successful_episodes=sum(data.episode_info[e]["success"] for e in kept_eps),
                                   progress_episodes=sum(data.episode_info[e]["trains_progress"] for e in kept_eps),
-                                  filtered_episodes=sum(not data.episode_info[e]["trains_progress"] for e in kept_eps)))
+                                  filtered_episodes=sum(not data.episode_info[e]["trains_progress"] for e in kept_eps)),
+                        instruction_tokens=data.instruction_tokens)
 
 
 def _build_prm(meta: dict[str, Any], net: PRMNetConfig) -> VLACProgressModel:

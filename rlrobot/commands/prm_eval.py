@@ -92,7 +92,7 @@ def evaluate_prm(model, data, stride: int = 5, out: str | Path | None = None, se
         reversed_total = float(_pair_deltas(model, rev, emb.flip(0), stride).sum())
         forward = _pair_deltas(model, obs, emb, stride)
         wrong_id = other_instruction(data, data.instruction_id[idx[:1]], gen).expand(len(idx))
-        wrong = _pair_deltas(model, obs, data.instruction_embeddings[wrong_id], stride)
+        wrong = _pair_deltas(model, data.frames(idx, wrong_id), data.instruction_embeddings[wrong_id], stride)
         matched.append(forward.abs().cpu())
         mismatched.append(wrong.abs().cpu())
         info = data.episode_info[e] if e < len(data.episode_info) else {}

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlrobot.rewards.prm import EMBEDDING_DIM, EMBEDDING_KEY, relative_delta
+from rlrobot.rewards.prm import EMBEDDING_DIM, EMBEDDING_KEY, TOKENS_KEY, relative_delta
 
 
 def dataset_dirs(spec: str) -> list[Path]:
@@ -97,6 +97,7 @@ class ProgressData:
     episode_info: list[dict[str, Any]] = field(default_factory=list)  # per episode: dataset, success, kept, family
     info: dict[str, Any] = field(default_factory=dict)
     instruction_family: Tensor | None = None  # [I] int64: the suite family each instruction was seen with (hard negatives)
+    instruction_tokens: Tensor | None = None  # [I, L] int64 token ids per instruction, when the PRM reads them
 
     def __len__(self) -> int:
         return len(self.progress)
@@ -108,8 +109,14 @@ class ProgressData:
     def embedding(self, idx: Tensor) -> Tensor:
         return self.instruction_embeddings[self.instruction_id[idx]]
 
-    def frames(self, idx: Tensor) -> dict[str, Tensor]:
-        return {k: v[idx] for k, v in self.obs.items()}
+    def frames(self, idx: Tensor, instruction_ids: Tensor | None = None) -> dict[str, Tensor]:
+        """The observations of frames ``idx``; where the PRM reads token ids, those of ``instruction_ids`` (default:
+        the frames' own instructions; a mismatched one for the negatives)."""
+        out = {k: v[idx] for k, v in self.obs.items()}
+        if self.instruction_tokens is not None:
+            ids = self.instruction_id[idx] if instruction_ids is None else instruction_ids
+            out[TOKENS_KEY] = self.instruction_tokens[ids]
+        return out
 
     def episodes(self) -> list[tuple[int, int]]:
         """(first, end) flat frame ranges of the episodes, in order."""
@@ -137,6 +144,8 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
     from rlrobot.tasks.so101_suite import EMBEDDINGS_TABLE
 
     embedder = InstructionEmbeddings(EMBEDDINGS_TABLE)  # the suite's table; other strings run the sentence encoder
+    read_tokens = TOKENS_KEY in obs_keys  # token ids come from the frames' task strings, not from a stored feature
+    obs_keys = tuple(k for k in obs_keys if k != TOKENS_KEY)
     obs: dict[str, list[np.ndarray]] = {k: [] for k in obs_keys}
     texts: list[str] = []
     progress, done, episode, start, trains = [], [], [], [], []
@@ -212,6 +221,14 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
     instruction_family = np.array([family_of.get(x, -1) for x in instructions], np.int64)
 
     obs_t = {k: t(np.concatenate(v), torch.float32 if k == "state" else torch.uint8) for k, v in obs.items()}
+    tokens = None
+    if read_tokens:
+        from rlrobot.tasks.so101_suite import VOCABULARY
+
+        if [VOCABULARY.max_length] != list(obs_shapes[TOKENS_KEY]):
+            raise ValueError(f"the PRM's observation {TOKENS_KEY!r} has shape {list(obs_shapes[TOKENS_KEY])}; the "
+                             f"suite's instruction vocabulary writes [{VOCABULARY.max_length}]")
+        tokens = t(VOCABULARY.encode(instructions))
     kept = sum(e["trains_progress"] for e in episode_info)
     info = {"datasets": used_dirs, "episodes": len(episode_info), "frames": total,
             "successful_episodes": sum(e["success"] for e in episode_info), "progress_episodes": kept,
@@ -222,7 +239,8 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
                         progress=t(np.concatenate(progress)), done=t(np.concatenate(done)),
                         episode_index=t(np.concatenate(episode).astype(np.int64)),
                         episode_start=t(np.concatenate(start).astype(np.int64)), trains_progress=t(np.concatenate(trains)),
-                        episode_info=episode_info, info=info, instruction_family=t(instruction_family))
+                        episode_info=episode_info, info=info, instruction_family=t(instruction_family),
+                        instruction_tokens=tokens)
 
 
 @dataclass
@@ -304,8 +322,8 @@ def sample_pairs(data: ProgressData, batch_size: int, generator: torch.Generator
     share = mismatched_share if done_mismatched_share is None else done_mismatched_share
     wrong = torch.rand(batch_size, generator=generator, device=dev) < share
     f_ids = torch.where(wrong, other_instruction(data, f_ids, generator), f_ids)
-    return PairBatch(before=data.frames(b), after=data.frames(a), embedding=data.instruction_embeddings[ids], delta=delta,
-                     kind=kind, done_obs=data.frames(f), done_embedding=data.instruction_embeddings[f_ids],
+    return PairBatch(before=data.frames(b, ids), after=data.frames(a, ids), embedding=data.instruction_embeddings[ids],
+                     delta=delta, kind=kind, done_obs=data.frames(f, f_ids), done_embedding=data.instruction_embeddings[f_ids],
                      done=(data.done[f] & ~wrong).float())
 
 

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 EMBEDDING_KEY = "instruction_embedding"
 EMBEDDING_DIM = 384
+TOKENS_KEY = "instruction_tokens"
 
 
 @runtime_checkable
@@ -79,13 +80,43 @@ class PRMNetConfig:
     match_gate: bool = False
     """a match head P(the instruction fits this pair) multiplies the delta (trained by BCE: mismatched instructions 0,
     the episode's own 1), so a mismatched instruction's progress is driven to 0 rather than only regressed towards it"""
+    state_entities: tuple[str, ...] = ()
+    """entity-attention state encoder (the flow policy's, ``--flow.state-entities``; the suite preset:
+    SO101Suite.state_entities): the instruction's words pick the named objects, container and zone, and
+    ``entity_anchor`` adds their positions relative to the gripper and to each other, the relations "done" is made of.
+    Empty: an MLP over the whole state"""
+    entity_names: tuple[str, ...] = ()
+    """(state_entities) each entity's name as instruction token ids (SO101Suite.entity_name_tokens); needs
+    "instruction_tokens" in obs_keys"""
+    entity_anchor: int = -1
+    """(state_entities) state index of the gripper's xyz for the relational features (SO101Suite.tcp_index); -1 = none"""
+    entity_queries: int = 4
+    """(state_entities) entities each observation picks (long-horizon names four: two cubes, a container, a zone)"""
+    entity_dim: int = 64
+    """(state_entities) width of an entity token"""
 
     def validate(self, run=None) -> None:
         if not self.obs_keys:
             raise ValueError("prm_net.obs_keys must name at least one observation key (state, image_<camera>)")
         for key in self.obs_keys:
-            if key != "state" and not key.startswith("image_"):
-                raise ValueError(f"prm_net.obs_keys: {key!r} is not 'state' or an image key 'image_<camera>'")
+            if key not in ("state", TOKENS_KEY) and not key.startswith("image_"):
+                raise ValueError(f"prm_net.obs_keys: {key!r} is not 'state', {TOKENS_KEY!r} or an image key "
+                                 "'image_<camera>'")
+        if self.state_entities and "state" not in self.obs_keys:
+            raise ValueError("prm_net.state_entities needs 'state' in prm_net.obs_keys")
+        if self.entity_names and TOKENS_KEY not in self.obs_keys:
+            raise ValueError(f"prm_net.entity_names needs {TOKENS_KEY!r} in prm_net.obs_keys (the names are matched "
+                             "against the instruction's words)")
+        if (self.entity_names or self.entity_anchor >= 0) and not self.state_entities:
+            raise ValueError("prm_net.entity_names / entity_anchor need prm_net.state_entities")
+        if self.state_entities and not self.entity_names:
+            raise ValueError("prm_net.state_entities needs prm_net.entity_names (the PRM's entities are picked by the "
+                             "instruction's words; the suite: SO101Suite.entity_name_tokens)")
+        if self.state_entities:
+            try:
+                self.entity_config().validate()
+            except ValueError as e:
+                raise ValueError(str(e).replace("flow.", "prm_net.")) from None
         for name in ("state_hidden", "head_hidden", "conv_channels"):
             if any(h < 1 for h in getattr(self, name)):
                 raise ValueError(f"prm_net.{name} must hold positive widths, got {getattr(self, name)}")
@@ -93,6 +124,17 @@ class PRMNetConfig:
             raise ValueError(f"prm_net.embed_dim and text_dim must be >= 1, got {self.embed_dim}, {self.text_dim}")
         if not 0.0 < self.done_threshold < 1.0:
             raise ValueError(f"prm_net.done_threshold must be in (0, 1), got {self.done_threshold}")
+
+    def entity_config(self, vocab: int = 0):
+        """The flow policy's config of the same entity-attention encoder (``rlrobot.policies.flow.EntityAttention``)."""
+        from rlrobot.policies.flow import FlowPolicyConfig
+        from rlrobot.tasks.so101_suite import VOCABULARY
+
+        keys = ("state", "instruction_tokens") if self.entity_names else ("state",)
+        return FlowPolicyConfig(obs_keys=keys, state_entities=self.state_entities, entity_names=self.entity_names,
+                                entity_anchor=self.entity_anchor, entity_queries=self.entity_queries,
+                                entity_dim=self.entity_dim, state_hidden=self.state_hidden, activation="silu",
+                                instruction_vocab=vocab or len(VOCABULARY))
 
 
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> nn.Sequential:
@@ -105,18 +147,34 @@ def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> nn.Sequential:
 
 
 class ObservationEncoder(nn.Module):
-    """state (normalised with the training data's mean / std, kept in buffers) and images -> [B, embed_dim]."""
+    """state (normalised with the training data's mean / std, kept in buffers; an MLP, or the flow policy's entity
+    attention with ``state_entities``), instruction token ids (the flow policy's ``TokenEncoder``: word order kept,
+    which a sentence embedding hardly keeps) and images -> [B, embed_dim]."""
 
     def __init__(self, obs_space: dict[str, list[int]], cfg: PRMNetConfig):
         super().__init__()
         self.keys = tuple(cfg.obs_keys)
         self.parts = nn.ModuleDict()
+        self.entities = None
         for key in self.keys:
             shape = list(obs_space[key])
             if key == "state":
                 self.register_buffer("state_mean", torch.zeros(shape[0]))
                 self.register_buffer("state_std", torch.ones(shape[0]))
-                self.parts[key] = mlp(shape[0], cfg.state_hidden, cfg.embed_dim)
+                if cfg.state_entities:
+                    from rlrobot.policies.flow import EntityAttention
+
+                    length = list(obs_space[TOKENS_KEY])[0] if TOKENS_KEY in obs_space else 0
+                    self.entities = EntityAttention(cfg.state_entities, shape[0], EMBEDDING_DIM, cfg.entity_config(),
+                                                    length)
+                    self.parts[key] = nn.Sequential(nn.SiLU(), nn.Linear(self.entities.out_dim, cfg.embed_dim))
+                else:
+                    self.parts[key] = mlp(shape[0], cfg.state_hidden, cfg.embed_dim)
+            elif key == TOKENS_KEY:
+                from rlrobot.policies.flow import TokenEncoder
+                from rlrobot.tasks.so101_suite import VOCABULARY
+
+                self.parts[key] = TokenEncoder(len(VOCABULARY), shape[0], cfg.embed_dim, "silu")
             else:
                 c, h, w = shape
                 convs: list[nn.Module] = []
@@ -136,8 +194,14 @@ class ObservationEncoder(nn.Module):
         parts = []
         for key in self.keys:
             x = obs[key]
-            if key == "state":
+            if key == "state" and self.entities is not None:
+                tokens = obs.get(TOKENS_KEY)
+                features = self.entities((x.float() - self.state_mean) / self.state_std, None, x.float(), tokens)
+                parts.append(self.parts[key](features))
+            elif key == "state":
                 parts.append(self.parts[key]((x.float() - self.state_mean) / self.state_std))
+            elif key == TOKENS_KEY:
+                parts.append(self.parts[key](x))
             else:
                 parts.append(self.parts[key](x.float() / 255.0 - 0.5))
         return self.out(torch.cat(parts, -1))

@@ -264,7 +264,7 @@ def test_config_validation_names_the_field():
     with pytest.raises(ValueError, match="dataset: algo='prm' trains from LeRobotDatasets"):
         cfg.validate()
     cfg = train_config("prm", task="so101-suite", dataset="x", prm_net=PRMNetConfig(obs_keys=("depth",)))
-    with pytest.raises(ValueError, match="prm_net.obs_keys: 'depth' is not 'state' or an image key"):
+    with pytest.raises(ValueError, match="prm_net.obs_keys: 'depth' is not 'state', 'instruction_tokens' or an image key"):
         cfg.validate()
 
 
@@ -289,3 +289,64 @@ def test_image_and_state_observations_are_encoded():
     logits = model.delta_logits(obs, other, torch.zeros(5, 384))
     logits.sum().backward()  # the conv encoder is trained with the rest
     assert model.encoder.parts["image_front"][0].weight.grad.abs().sum() > 0
+
+
+
+def _suite_entity_net() -> PRMNetConfig:
+    from rlrobot.tasks.so101_suite import SO101Suite
+
+    return dataclasses.replace(TINY, obs_keys=("state", "instruction_tokens"), state_entities=SO101Suite.state_entities,
+                               entity_names=SO101Suite.entity_name_tokens, entity_anchor=SO101Suite.tcp_index,
+                               entity_dim=16)
+
+
+def test_token_and_entity_prm_reads_the_instruction_words_in_training_eval_and_the_env(suite_dataset, tmp_path):
+    """--prm-net.obs-keys state instruction_tokens (+ entity attention): the token ids come from each frame's task
+    string; a mismatched pair or done frame carries the *other* instruction's ids (not only its embedding); the run
+    trains, evaluates, and its checkpoint scores env observations."""
+    import rlrobot
+    from rlrobot.data.progress_labels import load_progress_data
+    from rlrobot.runners.base import make_runner
+    from rlrobot.tasks.so101_suite import VOCABULARY
+
+    data = load_progress_data(str(suite_dataset), ("state", "instruction_tokens"), {"state": (89,), "instruction_tokens": (24,)})
+    frames = data.frames(torch.arange(len(data)))
+    assert "instruction_tokens" not in data.obs and frames["instruction_tokens"].shape == (len(data), 24)
+    own = torch.as_tensor(VOCABULARY.encode([data.instructions[int(i)] for i in data.instruction_id]))
+    assert torch.equal(frames["instruction_tokens"], own)
+    batch = sample_pairs(data, 256, torch.Generator().manual_seed(0), mismatched_share=0.5)
+    wrong = batch.kind == MISMATCHED
+    assert wrong.any() and not torch.equal(batch.after["instruction_tokens"][wrong], own[:int(wrong.sum())])
+    shown = {tuple(t.tolist()) for t in batch.after["instruction_tokens"][wrong]}
+    assert shown <= {tuple(x) for x in VOCABULARY.encode(data.instructions).tolist()}
+    # the tokens shown agree with the embedding shown, pair by pair
+    by_embedding = {tuple(e.tolist()): i for i, e in enumerate(data.instruction_embeddings)}
+    for emb, tok in zip(batch.embedding[wrong], batch.after["instruction_tokens"][wrong], strict=True):
+        assert tok.tolist() == VOCABULARY.encode([data.instructions[by_embedding[tuple(emb.tolist())]]])[0].tolist()
+
+    cfg = _config(tmp_path / "run", suite_dataset, 4)
+    cfg.prm_net = _suite_entity_net()
+    result = make_runner(cfg).learn()
+    assert 0.0 <= result["eval"]["done_f1"] <= 1.0
+    env = rlrobot.make("so101-suite", 2, seed=0)
+    model = load_progress_model(tmp_path / "run", "cpu", observation_space=env.single_observation_space)
+    assert model.encoder.entities is not None and model.completion.encoder.entities is not None
+    obs, _ = env.reset(seed=0)
+    nxt = env.step(env.expert_action())[0]
+    done_own = model.done_logits(nxt, obs["instruction_embedding"])
+    swapped = {**nxt, "instruction_tokens": nxt["instruction_tokens"].flip(0)}
+    assert not torch.allclose(done_own, model.done_logits(swapped, obs["instruction_embedding"]))
+    env.close()
+
+
+def test_entity_prm_config_names_the_missing_field():
+    from rlrobot.config import train_config
+
+    net = _suite_entity_net()
+    for bad, match in [(dict(obs_keys=("state",)), "entity_names needs 'instruction_tokens'"),
+                       (dict(entity_names=()), "state_entities needs prm_net.entity_names"),
+                       (dict(state_entities=(), entity_names=()), "entity_names / entity_anchor need"),
+                       (dict(entity_names=net.entity_names[:2]), "prm_net.entity_names has 2 names")]:
+        cfg = train_config("prm", task="so101-suite", dataset="x", prm_net=dataclasses.replace(net, **bad))
+        with pytest.raises(ValueError, match=match):
+            cfg.validate()
