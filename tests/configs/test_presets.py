@@ -35,3 +35,15 @@ def test_pairs_without_a_preset_get_the_defaults() -> None:
     cfg = preset("so101-pick-place", "ppo")  # no ppo_so101_suite preset either
     assert cfg.task == "so101-pick-place" and cfg.algo == "ppo"
     assert preset("so101-reach", "sac").task == "so101-reach"
+
+
+def test_suite_flow_srpo_preset_scores_whole_suite_episodes() -> None:
+    """Flow-SRPO rewards whole episodes: the suite preset's chunks must cover its 150-step episode exactly, and a family
+    with shorter episodes gets the one-line fix (its own rollout_chunks) before anything runs."""
+    cfg = preset("so101-suite", "flow-srpo")
+    execute = cfg.flow.execute_steps or cfg.flow.chunk_size
+    assert cfg.flow_srpo.rollout_chunks * execute == cfg.episode_steps() == 150
+    assert cfg.flow.entity_names and cfg.num_envs % cfg.flow_srpo.group_size == 0
+    family = parse_train_args(["--algo", "flow-srpo", "--task", "so101-push-to", "--init", "none"])
+    with pytest.raises(ValueError, match="flow_srpo.rollout_chunks=16"):
+        family.validate()
