@@ -4,8 +4,8 @@ instruction, one whole 150-step episode per env per iteration (30 chunks of 5 ac
 on the standardised-state trajectory embeddings, GRPO advantages per group, no critic; lr 3e-5 fixed and
 denoising-step noise std 0.02-0.05 (the suite's Flow-Noise preset's), 1,152,000 env steps (30 iterations).
 
-Measured (README, suite section) from a 400-demo SFT at 0.219 on 256 fresh episodes: 0.336 (seed 0) and 0.262 (seed
-1); Flow-Noise PPO with a critic from the same SFT and env steps: 0.234."""
+Measured (README, suite section) from a 400-demo SFT at 0.219 on 256 fresh episodes: 0.336 / 0.262 / 0.309 (seeds
+0 / 1 / 2); Flow-Noise PPO with a critic from the same SFT and env steps: 0.234."""
 
 import dataclasses
 
