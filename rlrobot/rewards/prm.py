@@ -125,16 +125,16 @@ class PRMNetConfig:
         if not 0.0 < self.done_threshold < 1.0:
             raise ValueError(f"prm_net.done_threshold must be in (0, 1), got {self.done_threshold}")
 
-    def entity_config(self, vocab: int = 0):
+    def entity_config(self):
         """The flow policy's config of the same entity-attention encoder (``rlrobot.policies.flow.EntityAttention``)."""
         from rlrobot.policies.flow import FlowPolicyConfig
         from rlrobot.tasks.so101_suite import VOCABULARY
 
-        keys = ("state", "instruction_tokens") if self.entity_names else ("state",)
+        keys = ("state", TOKENS_KEY) if self.entity_names else ("state",)
         return FlowPolicyConfig(obs_keys=keys, state_entities=self.state_entities, entity_names=self.entity_names,
                                 entity_anchor=self.entity_anchor, entity_queries=self.entity_queries,
                                 entity_dim=self.entity_dim, state_hidden=self.state_hidden, activation="silu",
-                                instruction_vocab=vocab or len(VOCABULARY))
+                                instruction_vocab=len(VOCABULARY))
 
 
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> nn.Sequential:
