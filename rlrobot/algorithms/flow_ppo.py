@@ -63,8 +63,9 @@ class FlowPPOConfig(AlgorithmConfig):
     """(flow-noise) bonus on the noise head's Gaussian entropy"""
     lr: float = 1e-4
     """policy (encoder, velocity network, noise head); the starting value when lr_schedule is adaptive"""
-    lr_schedule: Literal["adaptive", "fixed"] = "adaptive"
-    """adaptive: RSL-RL's rule on the policy lr (KL > 2x desired_kl: / 1.5; < desired_kl / 2: x 1.5) | fixed"""
+    lr_schedule: Literal["adaptive", "fixed", "linear"] = "adaptive"
+    """adaptive: RSL-RL's rule on the policy lr (KL > 2x desired_kl: / 1.5; < desired_kl / 2: x 1.5) | fixed | linear:
+    the policy lr x (1 - i / N) in iteration i = 0..N-1"""
     desired_kl: float = 0.02
     """per-chunk KL(old || new) target of the adaptive schedule"""
     lr_min: float = 1e-6

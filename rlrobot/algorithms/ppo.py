@@ -21,7 +21,7 @@ from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register
 from rlrobot.data.rollout_storage import RolloutStorage, masked_mean
 from rlrobot.policies.actor_critic import ActorCritic
 
-LR_SCHEDULES = ("adaptive", "fixed")
+LR_SCHEDULES = ("adaptive", "fixed", "linear")
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 
@@ -47,8 +47,9 @@ class PPOConfig(AlgorithmConfig):
     """weight of the entropy bonus"""
     lr: float = 1e-3
     """the starting value when lr_schedule is adaptive"""
-    lr_schedule: Literal["adaptive", "fixed"] = "adaptive"
-    """adaptive: RSL-RL's rule (KL > 2 x desired_kl: lr / 1.5; 0 < KL < desired_kl / 2: lr x 1.5) | fixed"""
+    lr_schedule: Literal["adaptive", "fixed", "linear"] = "adaptive"
+    """adaptive: RSL-RL's rule (KL > 2 x desired_kl: lr / 1.5; 0 < KL < desired_kl / 2: lr x 1.5) | fixed | linear:
+    lr x (1 - i / N) in iteration i = 0..N-1 of the run (CleanRL's anneal_lr)"""
     desired_kl: float = 0.01
     """KL target of the adaptive schedule"""
     lr_min: float = 1e-5
@@ -59,6 +60,12 @@ class PPOConfig(AlgorithmConfig):
     """global gradient-norm clip"""
     normalize_advantages: bool = True
     """advantages to zero mean, unit std per update"""
+    normalize_rewards: bool = False
+    """divide each reward by the running std of the envs' discounted returns, then clip to +-reward_clip (the
+    NormalizeReward of gym / baselines' VecNormalize that CleanRL's MuJoCo PPO uses); episode returns in the logs
+    and evaluations stay unscaled"""
+    reward_clip: float = 10.0
+    """clip of the normalised reward (with normalize_rewards)"""
     fused_adam: bool = False
     """Adam as one fused kernel over all parameters (CPU / CUDA): ~2.5x faster optimizer step on the CPU, the same
     update up to float rounding (not bit-identical to the default, hence opt-in)"""
@@ -72,6 +79,8 @@ class PPOConfig(AlgorithmConfig):
         if self.rollout_steps < 1:
             raise ValueError(f"ppo.rollout_steps must be >= 1, got {self.rollout_steps}")
         per_iteration = run.num_envs * self.rollout_steps
+        if self.normalize_rewards and not self.reward_clip > 0:
+            raise ValueError(f"ppo.reward_clip must be > 0, got {self.reward_clip}")
         if per_iteration % self.num_minibatches:
             raise ValueError(f"num_envs x ppo.rollout_steps = {per_iteration} must be divisible by "
                              f"ppo.num_minibatches={self.num_minibatches}")
@@ -112,8 +121,57 @@ class AdaptiveLR:
             self.lr = max(cfg.lr_min, self.lr / 1.5)
         elif 0.0 < kl < cfg.desired_kl / 2.0:
             self.lr = min(cfg.lr_max, self.lr * 1.5)
+        self._write()
+
+    def begin_iteration(self, iteration: int, total_iterations: int) -> None:
+        """The linear schedule's lr for iteration ``iteration`` (0-based) of ``total_iterations``; the runner calls
+        it before each update (other schedules ignore it)."""
+        if self.cfg.lr_schedule != "linear":
+            return
+        self.lr = self.cfg.lr * (1.0 - iteration / max(total_iterations, 1))
+        self._write()
+
+    def _write(self) -> None:
         for i in self.groups:
             self.optimizer.param_groups[i]["lr"] = self.lr
+
+
+class ReturnNormalizer:
+    """Rewards divided by the running std of the discounted return (baselines' VecNormalize / gym's NormalizeReward as
+    CleanRL uses them): per env G <- gamma G + r, the running variance of G over every step of every env, r /
+    sqrt(var + eps) clipped to +-clip, G <- 0 where an episode ended. On the device, no per-env loop. In data-parallel
+    training each rank keeps its own statistics (as each process's env wrapper would)."""
+
+    def __init__(self, num_envs: int, gamma: float, clip: float, device: torch.device, eps: float = 1e-8):
+        self.gamma, self.clip, self.eps = gamma, clip, eps
+        self.returns = torch.zeros(num_envs, device=device)
+        self.mean = torch.zeros((), dtype=torch.float64, device=device)
+        self.var = torch.ones((), dtype=torch.float64, device=device)
+        self.count = torch.tensor(1e-4, dtype=torch.float64, device=device)  # baselines' RunningMeanStd start
+
+    def __call__(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        self.returns = self.returns * self.gamma + reward
+        g = self.returns.to(torch.float64)
+        n = g.numel()
+        batch_mean, batch_var = g.mean(), g.var(unbiased=False)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        # Chan et al.'s parallel update (RunningMeanStd), reassigned rather than in place: rollouts run in
+        # inference mode, and these tensors are also read and checkpointed outside it
+        self.mean = self.mean + delta * n / total
+        self.var = (self.var * self.count + batch_var * n + delta.square() * self.count * n / total) / total
+        self.count = total
+        scaled = (reward / torch.sqrt(self.var + self.eps).to(reward.dtype)).clamp(-self.clip, self.clip)
+        self.returns = torch.where(done, torch.zeros_like(self.returns), self.returns)
+        return scaled
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"returns": self.returns.clone(), "mean": self.mean.clone(), "var": self.var.clone(),
+                "count": self.count.clone()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        device = self.returns.device
+        self.returns, self.mean, self.var, self.count = (state[k].to(device) for k in ("returns", "mean", "var", "count"))
 
 
 def normalized_advantages(advantages: torch.Tensor, sync=None, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -154,19 +212,33 @@ class PPO:
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, **fused)
         self.lr_schedule = AdaptiveLR(cfg, self.optimizer)
         self._losses = torch.compile(self._minibatch_losses) if cfg.compile else self._minibatch_losses
+        self.reward_normalizer = (ReturnNormalizer(num_envs, cfg.gamma, cfg.reward_clip, device)
+                                  if cfg.normalize_rewards else None)
         a = ((policy.action_dim,), torch.float32)
         scalar = ((), torch.float32)
         self.storage = RolloutStorage(cfg.rollout_steps, num_envs, obs_specs, {
             "actions": a, "log_probs": scalar, "action_mean": a, "action_std": a}, device)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "lr": self.lr_schedule.lr}
+        state = {"optimizer": self.optimizer.state_dict(), "lr": self.lr_schedule.lr}
+        if self.reward_normalizer is not None:
+            state["reward_normalizer"] = self.reward_normalizer.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.lr_schedule.lr = state["lr"]
         for group in self.optimizer.param_groups:
             group["lr"] = state["lr"]
+        if self.reward_normalizer is not None:
+            if "reward_normalizer" not in state:
+                raise ValueError("ppo.normalize_rewards is on but the checkpoint was trained without it (no return "
+                                 "statistics to resume); resume without --ppo.normalize-rewards or start a new run")
+            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
+
+    def scale_rewards(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """The rewards PPO learns from: scaled by the return normaliser when ``normalize_rewards`` is on."""
+        return reward if self.reward_normalizer is None else self.reward_normalizer(reward, done)
 
     @torch.no_grad()
     def act(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

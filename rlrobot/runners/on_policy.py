@@ -36,6 +36,7 @@ class OnPolicyRunner(Runner):
     def update(self) -> dict[str, float]:
         """PPO update, then the normaliser sees the rollout's observations; all cores while the simulator is idle."""
         with self.all_cores():
+            self.algo.lr_schedule.begin_iteration(self.iteration, self.total_iterations)
             stats = self.algo.update(self.generator)
             obs = self.algo.storage.obs
             self.policy.update_normalizer(self.gather_obs({k: v.reshape(-1, *v.shape[2:]) for k, v in obs.items()}))
@@ -51,12 +52,14 @@ class OnPolicyRunner(Runner):
             for _ in range(cfg.ppo.rollout_steps):
                 action, log_prob, value, mean, std = algo.act(obs)
                 next_obs, reward, terminated, truncated, info = env.step(action.clamp(-1.0, 1.0))
+                done = terminated | truncated
+                reward = algo.scale_rewards(reward, done)
                 if truncated.any():
                     # bootstrap time-outs with the value of the true final observation (same-step autoreset)
                     final_value = policy.value(info["final_obs"])
                     reward = reward + gamma * final_value * truncated.float()
                 algo.storage.add({k: obs[k] for k in keys}, info.get(LEARNER_KEY), actions=action, log_probs=log_prob,
-                                 values=value, rewards=reward, dones=(terminated | truncated).float(), action_mean=mean,
+                                 values=value, rewards=reward, dones=done.float(), action_mean=mean,
                                  action_std=std)
                 self.track_episodes(info)
                 obs = next_obs

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlrobot.algorithms.ppo import PPO, PPOConfig
+from rlrobot.algorithms.ppo import PPO, PPOConfig, ReturnNormalizer
 from rlrobot.config import train_config
 from rlrobot.data.rollout_storage import RolloutStorage
 from rlrobot.policies import ActorCritic, ActorCriticConfig
@@ -64,6 +64,76 @@ def test_timeouts_are_bootstrapped_with_the_final_observation(tmp_path):
         bootstrap = cfg.ppo.gamma * r.policy.value(seen["final_obs"])
     assert torch.allclose(r.algo.storage.rewards[-1], seen["reward"] + bootstrap)
     assert r.algo.storage.dones[-1].all()
+
+
+def test_return_normalizer_is_baselines_vecnormalize_reward_scaling():
+    """Against gymnasium's RunningMeanStd (an independent implementation of the same statistics) fed the per-env
+    discounted returns G <- gamma G + r, reset after an episode's end: the scaled rewards and the variance agree."""
+    from gymnasium.wrappers.utils import RunningMeanStd
+
+    g = torch.Generator().manual_seed(0)
+    num_envs, gamma, clip = 3, 0.9, 10.0
+    norm = ReturnNormalizer(num_envs, gamma, clip, torch.device("cpu"))
+    rms, returns = RunningMeanStd(shape=()), np.zeros(num_envs)
+    for _ in range(60):
+        reward = torch.randn(num_envs, generator=g) * 5.0 + 2.0
+        done = torch.rand(num_envs, generator=g) < 0.1
+        scaled = norm(reward, done)
+        returns = returns * gamma + reward.double().numpy()
+        rms.update(returns)
+        expected = np.clip(reward.double().numpy() / np.sqrt(rms.var + 1e-8), -clip, clip)
+        np.testing.assert_allclose(scaled.numpy(), expected, rtol=1e-5, atol=1e-6)
+        returns[done.numpy()] = 0.0
+    assert norm.var.item() == pytest.approx(rms.var, rel=1e-5)  # our G is float32
+    # with settled statistics (unit variance over many steps) a reward far beyond the return's scale is clipped
+    state = norm.state_dict()
+    norm.load_state_dict({**state, "returns": torch.zeros(num_envs), "mean": torch.tensor(0.0, dtype=torch.float64),
+                          "var": torch.tensor(1.0, dtype=torch.float64), "count": torch.tensor(1e9, dtype=torch.float64)})
+    scaled = norm(torch.tensor([100.0, -100.0, 0.5]), torch.zeros(num_envs, dtype=torch.bool))
+    assert scaled.tolist() == pytest.approx([clip, -clip, 0.5], rel=1e-4)
+
+
+def test_normalized_rewards_reach_the_storage_raw_returns_the_logs(tmp_path):
+    cfg = train_config("ppo", task="gym:Pendulum-v1", num_envs=2, total_steps=400, logger="none", out=str(tmp_path / "p"),
+                      ppo=PPOConfig(rollout_steps=200, num_minibatches=2, normalize_rewards=True), eval_every=0,
+                      video=False)
+    r = OnPolicyRunner(cfg)
+    raw, step = [], r.env.step
+
+    def recording_step(action):
+        out = step(action)
+        raw.append((out[1].clone(), (out[2] | out[3]).clone(), out[3].clone(),
+                    {k: v.clone() for k, v in out[4]["final_obs"].items()} if out[3].any() else None))
+        return out
+
+    r.env.step = recording_step
+    r.obs, _ = r.env.reset(seed=0)
+    r._rollout()
+    reference = ReturnNormalizer(2, cfg.ppo.gamma, cfg.ppo.reward_clip, torch.device("cpu"))
+    for t, (reward, done, truncated, final_obs) in enumerate(raw):
+        expected = reference(reward, done)
+        if final_obs is not None:  # the bootstrap is added to the scaled reward (V learns scaled returns)
+            with torch.no_grad():
+                expected = expected + cfg.ppo.gamma * r.policy.value(final_obs) * truncated.float()
+        assert torch.allclose(r.algo.storage.rewards[t], expected), t
+    assert raw[-1][2].all()  # Pendulum's 200-step time limit ended both episodes inside the rollout
+    # Pendulum's rewards are in [-16.3, 0]; episode returns are logged unscaled
+    assert min(r.recent_returns) < -200.0
+    assert r.algo.storage.rewards.abs().max() < 10.0 + 1e-4 + cfg.ppo.gamma * 100
+
+
+def test_linear_lr_anneals_over_the_run(tmp_path):
+    lr = 1e-3
+    cfg = train_config("ppo", task="so101-reach", num_envs=8, total_steps=8 * 4 * 4, logger="none",
+                      out=str(tmp_path / "lin"), ppo=PPOConfig(rollout_steps=4, lr=lr, lr_schedule="linear"),
+                      policy=ActorCriticConfig(actor_hidden=(8,), critic_hidden=(8,)), eval_every=0, eval_episodes=1,
+                      eval_envs=1, video=False)
+    runner = OnPolicyRunner(cfg)
+    runner.learn()
+    rows = [json.loads(line) for line in open(tmp_path / "lin" / "metrics.jsonl")]
+    lrs = [row["loss/lr"] for row in rows if "loss/lr" in row]
+    assert lrs == pytest.approx([lr * (1 - i / 4) for i in range(4)])
+    assert runner.algo.optimizer.param_groups[0]["lr"] == pytest.approx(lr / 4)
 
 
 def test_adaptive_lr_moves_with_kl():

@@ -12,20 +12,30 @@ from rlrobot.runners.checkpoint import resolve_checkpoint, save_checkpoint
 from rlrobot.runners.on_policy import OnPolicyRunner
 
 
-def small_cfg(out, total_iterations, **kw):
+def small_cfg(out, total_iterations, ppo=None, **kw):
     kw.setdefault("logger", "none")
     return train_config("ppo", task="so101-push", num_envs=8, total_steps=8 * 6 * total_iterations, seed=3,
-                        out=str(out), ppo=PPOConfig(rollout_steps=6, num_minibatches=2, num_epochs=2),
+                        out=str(out), ppo=PPOConfig(rollout_steps=6, num_minibatches=2, num_epochs=2, **(ppo or {})),
                         policy=ActorCriticConfig(actor_hidden=(16,), critic_hidden=(16,)), checkpoint_every=2,
                         eval_every=0, eval_episodes=2, eval_envs=2, video=False, max_episode_steps=10, **kw)
 
 
-def test_resume_continues_exactly(tmp_path):
-    straight = OnPolicyRunner(small_cfg(tmp_path / "a", 4))
+@pytest.mark.parametrize("ppo", [{}, {"normalize_rewards": True, "lr_schedule": "linear"}], ids=["default", "cleanrl"])
+def test_resume_continues_exactly(tmp_path, ppo):
+    straight = OnPolicyRunner(small_cfg(tmp_path / "a", 4, ppo))
     straight.learn()
-    # the same run, stopped after 2 iterations, then resumed to 4 (crosses episode boundaries and autoresets)
-    OnPolicyRunner(small_cfg(tmp_path / "b", 2)).learn()
-    resumed = OnPolicyRunner(small_cfg(tmp_path / "b", 4, resume=True))
+    # the same run, stopped after 2 iterations, then resumed to 4 (crosses episode boundaries and autoresets);
+    # with the linear schedule the stopped run's lr fell over its own 2 iterations, so its checkpoint differs from
+    # the straight run's: resume from a run of 4 that was interrupted after 2 instead
+    if ppo.get("lr_schedule") == "linear":
+        interrupted = OnPolicyRunner(small_cfg(tmp_path / "b", 4, ppo))
+        interrupted._start()
+        for _ in range(2):  # as a Ctrl-C after iteration 2: the iteration finishes, a checkpoint is written
+            interrupted._train_and_log(None)
+        interrupted.save()
+    else:
+        OnPolicyRunner(small_cfg(tmp_path / "b", 2, ppo)).learn()
+    resumed = OnPolicyRunner(small_cfg(tmp_path / "b", 4, ppo, resume=True))
     resumed.learn()
     a = load_file(resolve_checkpoint(tmp_path / "a") / "model.safetensors")
     b = load_file(resolve_checkpoint(tmp_path / "b") / "model.safetensors")
