@@ -181,6 +181,10 @@ class FlowPPO:
         self.optimizer.load_state_dict(state["optimizer"])
         self.lr_schedule.lr, self.iterations = state["lr"], state["iterations"]
 
+    def begin_iteration(self, iteration: int, total_iterations: int) -> None:
+        """Called by the runner before each update: the linear lr schedule's step."""
+        self.lr_schedule.begin_iteration(iteration, total_iterations)
+
     @property
     def num_logged_steps(self) -> int:
         return 1 if self.mode == "sde" and self.cfg.sde_mode == "hybrid" else self.policy.denoising_steps

@@ -236,6 +236,10 @@ class PPO:
                                  "statistics to resume); resume without --ppo.normalize-rewards or start a new run")
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
 
+    def begin_iteration(self, iteration: int, total_iterations: int) -> None:
+        """Called by the runner before each update: the linear lr schedule's step."""
+        self.lr_schedule.begin_iteration(iteration, total_iterations)
+
     def scale_rewards(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """The rewards PPO learns from: scaled by the return normaliser when ``normalize_rewards`` is on."""
         return reward if self.reward_normalizer is None else self.reward_normalizer(reward, done)

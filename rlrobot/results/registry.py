@@ -188,6 +188,13 @@ ENTRIES: tuple[Entry, ...] = (
           figures=(Figure("train.train_success", "training success (last episodes)", ".2f", per_seed=True),
                    SUCCESS, TRAIN_WALL),
           budget="200k env steps", cost="~7 min idle (extra: maniskill)", curve="train.eval/success_rate"),
+    Entry(name="ppo-mujoco-halfcheetah", title="PPO mujoco-HalfCheetah-v5 (native batched), preset: CleanRL's MuJoCo "
+          "PPO settings", task="mujoco-HalfCheetah-v5", seeds=3, steps=(_train("mujoco-HalfCheetah-v5", "ppo"),),
+          figures=(Figure("train.return", "eval return (8 episodes, deterministic)", ",.0f", per_seed=True),
+                   ENV_STEPS, TRAIN_WALL),
+          budget="1M env steps (999k: whole iterations)", cost="~8 min per seed idle",
+          target="CleanRL's published PPO HalfCheetah figure (2,906 on v4) or better",
+          curve="train.eval/return_mean"),
     Entry(name="bench-so101-reach", title="bench: so101-reach env steps/s at 64 / 256 / 1024 envs (raw mj_step, VecEnv, "
           "PPO training) and SAC at its preset", task="so101-reach", seeds=1,
           steps=(Step("bench", "bench", ("bench", "--json-out", "{out}")),),

@@ -54,7 +54,7 @@ class FlowOnPolicyRunner(Runner):
         rollout_stats = self._rollout()
         rollout_time = time.perf_counter() - start
         with self.all_cores():
-            self.algo.lr_schedule.begin_iteration(self.iteration, self.total_iterations)
+            self.algo.begin_iteration(self.iteration, self.total_iterations)
             update_stats = self.algo.update(self.generator)
         self.algo.storage.clear()
         jsrl = self.env.jsrl_metrics() if hasattr(self.env, "jsrl_metrics") else {}  # JSRL's guided env: h, stage, share

@@ -53,7 +53,7 @@ class FlowSRPORunner(FlowOnPolicyRunner):
         update_stats: dict[str, float] = {"skipped_update": 1.0}
         if rollout_stats["train/groups_kept"] > 0:
             with self.all_cores():
-                self.algo.lr_schedule.begin_iteration(self.iteration, self.total_iterations)
+                self.algo.begin_iteration(self.iteration, self.total_iterations)
                 update_stats = {**self.algo.update(self.generator), "skipped_update": 0.0}
         self.algo.storage.clear()
         return {"perf/rollout_fraction": rollout_time / (time.perf_counter() - start),

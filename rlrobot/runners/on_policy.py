@@ -36,7 +36,7 @@ class OnPolicyRunner(Runner):
     def update(self) -> dict[str, float]:
         """PPO update, then the normaliser sees the rollout's observations; all cores while the simulator is idle."""
         with self.all_cores():
-            self.algo.lr_schedule.begin_iteration(self.iteration, self.total_iterations)
+            self.algo.begin_iteration(self.iteration, self.total_iterations)
             stats = self.algo.update(self.generator)
             obs = self.algo.storage.obs
             self.policy.update_normalizer(self.gather_obs({k: v.reshape(-1, *v.shape[2:]) for k, v in obs.items()}))
