@@ -136,6 +136,17 @@ def _contact_study(variant: str, what: str) -> tuple[Entry, Entry]:
 
 EXPERT_TASKS = ("so101-reach", "so101-push", "so101-lift")
 
+def _ppo_locomotion(robot: str, target: str, cost: str) -> Entry:
+    """PPO at the native locomotion preset (``configs/ppo_mujoco_<robot>_v5.py``), 1M env steps, 3 seeds."""
+    task = f"mujoco-{robot}-v5"
+    return Entry(name=f"ppo-mujoco-{robot.lower()}", title=f"PPO {task} (native batched), preset: CleanRL's MuJoCo PPO "
+                 "settings", task=task, seeds=3, steps=(_train(task, "ppo"),),
+                 figures=(Figure("train.return", "eval return (8 episodes, deterministic)", ",.0f", per_seed=True),
+                          ENV_STEPS, TRAIN_WALL),
+                 budget="1M env steps (999k: whole iterations)", cost=f"{cost} per seed idle", target=target,
+                 curve="train.eval/return_mean")
+
+
 ENTRIES: tuple[Entry, ...] = (
     Entry(name="ppo-so101-reach", title="PPO so101-reach, preset", task="so101-reach", group="headline", seeds=3,
           steps=(_train("so101-reach", "ppo"),), figures=(SUCCESS, RETURN, ENV_STEPS, TRAIN_WALL),
@@ -188,27 +199,10 @@ ENTRIES: tuple[Entry, ...] = (
           figures=(Figure("train.train_success", "training success (last episodes)", ".2f", per_seed=True),
                    SUCCESS, TRAIN_WALL),
           budget="200k env steps", cost="~7 min idle (extra: maniskill)", curve="train.eval/success_rate"),
-    Entry(name="ppo-mujoco-halfcheetah", title="PPO mujoco-HalfCheetah-v5 (native batched), preset: CleanRL's MuJoCo "
-          "PPO settings", task="mujoco-HalfCheetah-v5", seeds=3, steps=(_train("mujoco-HalfCheetah-v5", "ppo"),),
-          figures=(Figure("train.return", "eval return (8 episodes, deterministic)", ",.0f", per_seed=True),
-                   ENV_STEPS, TRAIN_WALL),
-          budget="1M env steps (999k: whole iterations)", cost="~8 min per seed idle",
-          target="CleanRL's published PPO HalfCheetah figure (2,906 on v4) or better",
-          curve="train.eval/return_mean"),
-    Entry(name="ppo-mujoco-hopper", title="PPO mujoco-Hopper-v5 (native batched), preset: CleanRL's MuJoCo PPO settings",
-          task="mujoco-Hopper-v5", seeds=3, steps=(_train("mujoco-Hopper-v5", "ppo"),),
-          figures=(Figure("train.return", "eval return (8 episodes, deterministic)", ",.0f", per_seed=True),
-                   ENV_STEPS, TRAIN_WALL),
-          budget="1M env steps (999k: whole iterations)", cost="~7 min per seed idle",
-          target="CleanRL's published PPO Hopper-v4 figure (2,383 +- 272) or better",
-          curve="train.eval/return_mean"),
-    Entry(name="ppo-mujoco-walker2d", title="PPO mujoco-Walker2d-v5 (native batched), preset: CleanRL's MuJoCo PPO "
-          "settings", task="mujoco-Walker2d-v5", seeds=3, steps=(_train("mujoco-Walker2d-v5", "ppo"),),
-          figures=(Figure("train.return", "eval return (8 episodes, deterministic)", ",.0f", per_seed=True),
-                   ENV_STEPS, TRAIN_WALL),
-          budget="1M env steps (999k: whole iterations)", cost="~7 min per seed idle",
-          target="CleanRL's published PPO Walker2d-v4 figure (2,288 +- 572) or better",
-          curve="train.eval/return_mean"),
+    _ppo_locomotion("HalfCheetah", "CleanRL's published PPO HalfCheetah figure (2,906 on v4) or better", "~8 min"),
+    _ppo_locomotion("Hopper", "CleanRL's published PPO Hopper-v4 figure (2,383 +- 272) or better", "~7 min"),
+    _ppo_locomotion("Walker2d", "CleanRL's published PPO Walker2d-v4 figure (2,288 +- 572) or better", "~7 min"),
+    _ppo_locomotion("Ant", "reported (CleanRL's v4 PPO table has no Ant row)", "~12 min"),
     Entry(name="bench-so101-reach", title="bench: so101-reach env steps/s at 64 / 256 / 1024 envs (raw mj_step, VecEnv, "
           "PPO training) and SAC at its preset", task="so101-reach", seeds=1,
           steps=(Step("bench", "bench", ("bench", "--json-out", "{out}")),),
