@@ -291,15 +291,15 @@ class FlowNFT:
             state["anchor"] = self.anchor.state_dict()
         return state
 
-    def begin_iteration(self, iteration: int, total_iterations: int) -> None:
-        """Called by the runner before each update; Flow-NFT's lr is fixed (flow_nft.lr), so nothing changes."""
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.iterations = state["iterations"]
         self.reference.load_state_dict(state["reference"])
         if self.anchor is not None and "anchor" in state:
             self.anchor.load_state_dict(state["anchor"])
+
+    def begin_iteration(self, iteration: int, total_iterations: int) -> None:
+        """Called by the runner before each update; Flow-NFT's lr is fixed (flow_nft.lr), so nothing changes."""
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
