@@ -1,6 +1,8 @@
 """``rlrobot prm-eval``: a process reward model (``rlrobot train --algo prm``) on held-out LeRobotDatasets.
 
-Per episode, the PRM's progress curve (VLAC value update over pairs (t - stride, t), V_0 = 0) against the labels of
+Per episode, the PRM's progress curve (VLAC value update over pairs (t - stride, t), V_0 = 0; a frame between two pair
+ends takes the update from the last end before it, ``--curve causal``, or holds that end's value, ``--curve hold``,
+the earlier curve) against the labels of
 ``rlrobot.data.progress_labels`` (time progress to the first success; relative dense progress for failures) and its done
 probability against the done pseudo labels, one PNG of up to 16 episodes; and the metrics of issue 20:
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -42,6 +44,9 @@ class PRMEvalArgs:
     """where metrics.json and progress_curves.png go ('' = <checkpoint run>/prm_eval)"""
     stride: int = 5
     """frames between the pairs of a progress curve"""
+    curve: Literal["causal", "hold"] = "causal"
+    """frames between two pair ends: the value update from the last end to the frame (causal), or that end's value
+    (hold: the curve before 2026-12-06, which lags by up to a stride)"""
     device: str = "cpu"
     max_episodes: int = 0
     """evaluate only the first N episodes (0 = all)"""
@@ -66,7 +71,8 @@ def _pair_deltas(model, obs: dict[str, torch.Tensor], emb: torch.Tensor, stride:
     return delta
 
 
-def evaluate_prm(model, data, stride: int = 5, out: str | Path | None = None, seed: int = 0) -> dict[str, Any]:
+def evaluate_prm(model, data, stride: int = 5, out: str | Path | None = None, seed: int = 0, curve: str = "causal"
+                 ) -> dict[str, Any]:
     """Metrics (module docstring) of ``model`` on ``data`` (a ``ProgressData``); PNG + metrics.json under ``out``."""
     from rlrobot.data.progress_labels import other_instruction, spearman
     from rlrobot.rewards.prm import progress_curve
@@ -80,7 +86,7 @@ def evaluate_prm(model, data, stride: int = 5, out: str | Path | None = None, se
         idx = torch.arange(a, b, device=data.device)
         obs = data.frames(idx)
         emb = data.embedding(idx)
-        values, done, _ = progress_curve(model, obs, emb, stride)
+        values, done, _ = progress_curve(model, obs, emb, stride, curve)
         true = data.progress[idx].cpu().numpy()
         v = values.cpu().numpy()
         rho = spearman(v, true)
@@ -126,7 +132,7 @@ def evaluate_prm(model, data, stride: int = 5, out: str | Path | None = None, se
         "reversed_negative_share": mean([float(r["reversed_total"] < 0) for r in progressed]),
         "reversed_episodes": len(progressed),
         "delta_abs_matched": m_match, "delta_abs_mismatched": m_wrong, "mismatch_ratio": m_wrong / max(m_match, 1e-9),
-        "stride": stride,
+        "stride": stride, "curve": curve,
     }
     metrics["targets_met"] = {k: (metrics[k] >= t if op == ">=" else metrics[k] < t) for k, (op, t) in TARGETS.items()}
     result = {"metrics": metrics, "episodes": rows}
@@ -185,7 +191,7 @@ def run_prm_eval(args: PRMEvalArgs) -> dict[str, Any]:
     sarm = (Path(args.checkpoint) / ADAPTER_FILE).is_file()  # a SARM adapter directory (the vla extra)
     ckpt = Path(args.checkpoint) if sarm else resolve_checkpoint(args.checkpoint)
     out = Path(args.out) if args.out else (ckpt / "prm_eval" if sarm else ckpt.parent.parent / "prm_eval")
-    result = evaluate_prm(model, data, args.stride, out, args.seed)
+    result = evaluate_prm(model, data, args.stride, out, args.seed, args.curve)
     m = result["metrics"]
     console.print(f"PRM {ckpt} on {m['episodes']} episodes of {args.dataset}: Spearman {m['spearman_mean']:.3f} "
                   f"(success {m['spearman_success']:.3f}, failed {m['spearman_failed']:.3f}; anchored curve "

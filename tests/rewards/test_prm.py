@@ -53,6 +53,37 @@ def test_value_update_is_vlac_formula_and_relative_deltas_rebuild_the_progress_c
     assert float(relative_delta(torch.tensor(1.0), torch.tensor(0.0))) == -1.0  # clipped
 
 
+class _OracleProgress:
+    """A perfect pair model: the state is the true progress, delta = relative_delta(before, after)."""
+
+    obs_keys = ("state",)
+    done_threshold = 0.5
+
+    def progress(self, obs_before, obs_after, instruction_embedding):
+        return relative_delta(obs_before["state"][:, 0], obs_after["state"][:, 0]), (obs_after["state"][:, 0] >= 1).float()
+
+
+@pytest.mark.parametrize("stride", [1, 4, 5, 7])
+def test_causal_progress_curve_of_a_perfect_pair_model_is_the_true_curve_and_hold_lags(stride):
+    t = torch.arange(23, dtype=torch.float32)
+    # rises, falls and rises again (falls no deeper than the update's delta >= -1 can follow); frame 0 at 0
+    true = (0.3 + 0.2 * torch.sin(t / 3.0)) * (t > 0)
+    obs, emb = {"state": true[:, None]}, torch.zeros(384)
+    values, done, chain = progress_curve(_OracleProgress(), obs, emb, stride=stride)
+    assert torch.allclose(values, true, atol=1e-5)
+    assert len(chain) == len(range(stride, 23, stride)) + (22 % stride != 0)
+    held, _, held_chain = progress_curve(_OracleProgress(), obs, emb, stride=stride, fill="hold")
+    assert torch.equal(held_chain, chain)
+    ends = torch.tensor(sorted(set(range(stride, 23, stride)) | {22}))
+    assert torch.allclose(held[ends], true[ends], atol=1e-5)  # the chain's ends agree
+    between = torch.tensor([i for i in range(1, 23) if i % stride and i != 22], dtype=torch.long)
+    if stride > 1:  # in between, hold keeps the last end's value
+        assert torch.allclose(held[between], true[between // stride * stride], atol=1e-5)
+        assert not torch.allclose(held, true, atol=1e-3)
+    with pytest.raises(ValueError, match="fill must be one of"):
+        progress_curve(_OracleProgress(), obs, emb, stride=stride, fill="linear")
+
+
 def test_episode_labels_time_progress_to_first_success_and_relative_dense_progress_for_failures():
     success = np.array([False, False, False, True, True, False, True])  # next.success: done from frame 4
     p, done, ok = label_episode(success, None)
