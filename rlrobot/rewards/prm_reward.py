@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import register_reward
+from . import ChunkDiscount, register_reward
 
 PRM_MODES = ("potential", "raw")
 EMBEDDING_KEY = "instruction_embedding"
@@ -86,7 +86,7 @@ def _clone(obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in obs.items()}
 
 
-class PRMReward:
+class PRMReward(ChunkDiscount):
     def __init__(self, env, model, gamma: float, mode: str = "potential", scale: float = 1.0, end_on_done: bool = False):
         if mode not in PRM_MODES:
             raise ValueError(f"reward.prm_mode={mode!r} is not one of {PRM_MODES}")
@@ -130,7 +130,7 @@ class PRMReward:
         done = terminated | truncated
         if self.mode == "potential":
             next_phi = delta.clamp_min(0.0)
-            term = self.gamma * next_phi * (~terminated).float() - self.phi
+            term = self.step_gamma() * next_phi * (~terminated).float() - self.phi
             self.phi = torch.where(done, torch.zeros_like(next_phi), next_phi)
         else:
             term = delta

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import register_reward
+from . import ChunkDiscount, register_reward
 
 
-class PotentialShaping:
+class PotentialShaping(ChunkDiscount):
     def __init__(self, env, gamma: float):
         if not hasattr(env, "potential"):
             raise ValueError(f"{type(env).__name__} provides no potential(): dense-potential shaping needs a native task")
@@ -39,7 +39,7 @@ class PotentialShaping:
     def step(self, action: torch.Tensor):
         obs, reward, terminated, truncated, info = self.env.step(action)
         next_phi = info["next_potential"]
-        shaped = reward + self.gamma * next_phi * (~terminated).float() - self.phi
+        shaped = reward + self.step_gamma() * next_phi * (~terminated).float() - self.phi
         self.shaped_return += shaped
         done = terminated | truncated
         self.phi = next_phi.clone()

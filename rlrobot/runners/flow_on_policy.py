@@ -3,7 +3,8 @@ trains Flow-Noise / Flow-SDE PPO (chain log-probs), ``FlowNFTRunner`` Flow-NFT (
 
 One macro step executes ``flow.execute_steps`` actions of every env's chunk. Its reward is the sum of the step rewards
 up to the first episode end inside the chunk; a time-out there adds gamma * V(final_obs); a chunk in which the episode
-ends is ``done``. (An env whose episode ends mid-chunk runs the chunk's remaining actions in its new episode, as the
+ends is ``done``. Gamma discounts once per chunk, and potential-based reward wrappers are told so
+(``rlrobot.rewards.set_steps_per_discount``). (An env whose episode ends mid-chunk runs the chunk's remaining actions in its new episode, as the
 batch steps in lockstep; keep ``max_episode_steps`` a multiple of ``flow.execute_steps`` so time-outs end on a chunk
 boundary.) The policy is used only through the ``FlowPolicy`` protocol, so a VLA adapter trains the same way.
 """
@@ -20,6 +21,7 @@ from rlrobot.algorithms.jsrl import LEARNER_KEY
 from rlrobot.algorithms.policytrim import ExecuteCurriculum
 from rlrobot.config import TrainConfig
 from rlrobot.policies.registry import check_compatible
+from rlrobot.rewards import set_steps_per_discount
 from rlrobot.runners.base import Runner, console
 from rlrobot.runners.checkpoint import load_checkpoint
 
@@ -36,6 +38,7 @@ class FlowOnPolicyRunner(Runner):
         elif not cfg.resume:
             console.print("[yellow]--init none: the flow policy starts from random weights[/]")
         self.execute_steps = self.policy.execute_steps
+        set_steps_per_discount(self.env, self.execute_steps)  # potential-based rewards: gamma once per chunk
         self.obs_keys = tuple(cfg.flow.obs_keys)
         self.algo = self.make_algorithm()
 
@@ -197,6 +200,7 @@ class FlowNFTRunner(FlowOnPolicyRunner):
     def set_execute_steps(self, execute_steps: int) -> None:
         self.execute_steps = self.policy.execute_steps = self.cfg.flow.execute_steps = execute_steps
         self.algo.set_execute_steps(execute_steps)
+        set_steps_per_discount(self.env, execute_steps)
 
     def runner_state(self) -> dict:
         return {"curriculum": self.curriculum.state_dict()} if self.curriculum is not None else {}

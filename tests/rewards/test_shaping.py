@@ -80,3 +80,52 @@ def test_shaped_training_resumes_exactly(tmp_path):
     a = load_file(resolve_checkpoint(tmp_path / "a") / "model.safetensors")
     b = load_file(resolve_checkpoint(tmp_path / "b") / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_chunk_learners_discount_the_potential_once_per_chunk():
+    """An action-chunk learner sums a chunk's step rewards and discounts once per chunk: with steps_per_discount = h
+    each chunk's shaping sums to gamma Phi(chunk end) - Phi(chunk start) (with gamma on every step it would carry
+    -(1 - gamma) x Phi of the chunk's inner states, a penalty for progress)."""
+    from rlrobot.rewards import set_steps_per_discount
+
+    h = 4
+    for per_chunk in (True, False):
+        env = rlrobot.make("so101-push", 4, seed=0, reward_mode="sparse", max_episode_steps=200,
+                           reward_wrappers=RewardConfig(shaping="dense-potential").wrappers(GAMMA))
+        env.reset(seed=0)
+        if per_chunk:
+            assert set_steps_per_discount(env, h) == 1
+        gen = torch.Generator().manual_seed(0)
+        gaps = []
+        for _ in range(6):
+            phi_start, block, alive = env.potential().clone(), torch.zeros(4), torch.ones(4, dtype=torch.bool)
+            for _ in range(h):
+                action = env.expert_action() + 0.3 * torch.randn(4, 5, generator=gen)
+                _, shaped, terminated, truncated, info = env.step(action.clamp(-1, 1))
+                block += (shaped - info["success"].float()) * alive
+                alive &= ~(terminated | truncated)
+            exact = GAMMA * info["next_potential"] - phi_start  # the chunk-level potential term
+            gaps.append((block - exact)[alive].abs().max())
+        env.close()
+        if per_chunk:
+            assert max(gaps) < 1e-5
+        else:
+            assert max(gaps) > 0.01  # gamma per step: not the chunk's potential term
+    with pytest.raises(ValueError, match="steps_per_discount must be >= 1"):
+        set_steps_per_discount(rlrobot.make("so101-push", 1, seed=0, reward_mode="sparse",
+                                            reward_wrappers=RewardConfig(shaping="dense-potential").wrappers(GAMMA)), 0)
+
+
+def test_flow_runner_sets_the_chunk_discount_of_potential_rewards(tmp_path):
+    from rlrobot.rewards.shaping import PotentialShaping
+    from rlrobot.runners.base import make_runner
+
+    cfg = train_config("flow-noise", task="so101-reach", reward_mode="sparse", num_envs=2, total_steps=1000,
+                       init="none", out=str(tmp_path / "run"), logger="none", video=False,
+                       reward=RewardConfig(shaping="dense-potential"))
+    runner = make_runner(cfg)
+    wrapper = runner.env
+    while not isinstance(wrapper, PotentialShaping):
+        wrapper = wrapper.__dict__["env"]
+    assert runner.execute_steps > 1 and wrapper.steps_per_discount == runner.execute_steps
+    runner.env.close()
