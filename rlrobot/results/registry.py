@@ -203,6 +203,13 @@ ENTRIES: tuple[Entry, ...] = (
     _ppo_locomotion("Hopper", "CleanRL's published PPO Hopper-v4 figure (2,383 +- 272) or better", "~7 min"),
     _ppo_locomotion("Walker2d", "CleanRL's published PPO Walker2d-v4 figure (2,288 +- 572) or better", "~7 min"),
     _ppo_locomotion("Ant", "reported (CleanRL's v4 PPO table has no Ant row)", "~12 min"),
+    Entry(name="sac-mujoco-halfcheetah-300k", title="SAC mujoco-HalfCheetah-v5 (native batched), preset: CleanRL / SB3 "
+          "SAC settings, 300k env steps", task="mujoco-HalfCheetah-v5", seeds=1,
+          steps=(_train("mujoco-HalfCheetah-v5", "sac", "--total-steps", "300000", "--update-threads", "1"),),
+          figures=(Figure("train.return", "eval return (8 episodes, deterministic)", ",.0f", per_seed=True),
+                   ENV_STEPS, TRAIN_WALL),
+          budget="300k env steps = 295k gradient updates (a third of the usual 1M: SAC is update-bound here)",
+          cost="~1 h per seed idle", target="reported", curve="train.eval/return_mean"),
     Entry(name="bench-so101-reach", title="bench: so101-reach env steps/s at 64 / 256 / 1024 envs (raw mj_step, VecEnv, "
           "PPO training) and SAC at its preset", task="so101-reach", seeds=1,
           steps=(Step("bench", "bench", ("bench", "--json-out", "{out}")),),

@@ -4,9 +4,9 @@ trains Flow-Noise / Flow-SDE PPO (chain log-probs), ``FlowNFTRunner`` Flow-NFT (
 One macro step executes ``flow.execute_steps`` actions of every env's chunk. Its reward is the sum of the step rewards
 up to the first episode end inside the chunk; a time-out there adds gamma * V(final_obs); a chunk in which the episode
 ends is ``done``. Gamma discounts once per chunk, and potential-based reward wrappers are told so
-(``rlrobot.rewards.set_steps_per_discount``). (An env whose episode ends mid-chunk runs the chunk's remaining actions in its new episode, as the
-batch steps in lockstep; keep ``max_episode_steps`` a multiple of ``flow.execute_steps`` so time-outs end on a chunk
-boundary.) The policy is used only through the ``FlowPolicy`` protocol, so a VLA adapter trains the same way.
+(``rlrobot.rewards.set_steps_per_discount``). (An env whose episode ends mid-chunk runs the chunk's remaining actions
+in its new episode, as the batch steps in lockstep; keep ``max_episode_steps`` a multiple of ``flow.execute_steps`` so
+time-outs end on a chunk boundary.) The policy is used only through the ``FlowPolicy`` protocol, so a VLA adapter trains the same way.
 """
 
 from __future__ import annotations
