@@ -72,7 +72,7 @@ def test_causal_progress_curve_of_a_perfect_pair_model_is_the_true_curve_and_hol
     values, done, chain = progress_curve(_OracleProgress(), obs, emb, stride=stride)
     assert torch.allclose(values, true, atol=1e-5)
     assert len(chain) == len(range(stride, 23, stride)) + (22 % stride != 0)
-    held, _, held_chain = progress_curve(_OracleProgress(), obs, emb, stride=stride, fill="hold")
+    held, _, held_chain = progress_curve(_OracleProgress(), obs, emb, stride=stride, curve="hold")
     assert torch.equal(held_chain, chain)
     ends = torch.tensor(sorted(set(range(stride, 23, stride)) | {22}))
     assert torch.allclose(held[ends], true[ends], atol=1e-5)  # the chain's ends agree
@@ -80,8 +80,8 @@ def test_causal_progress_curve_of_a_perfect_pair_model_is_the_true_curve_and_hol
     if stride > 1:  # in between, hold keeps the last end's value
         assert torch.allclose(held[between], true[between // stride * stride], atol=1e-5)
         assert not torch.allclose(held, true, atol=1e-3)
-    with pytest.raises(ValueError, match="fill must be one of"):
-        progress_curve(_OracleProgress(), obs, emb, stride=stride, fill="linear")
+    with pytest.raises(ValueError, match="curve must be one of"):
+        progress_curve(_OracleProgress(), obs, emb, stride=stride, curve="linear")
 
 
 def test_episode_labels_time_progress_to_first_success_and_relative_dense_progress_for_failures():
