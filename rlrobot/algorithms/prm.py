@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -61,6 +61,9 @@ class PRMConfig(AlgorithmConfig):
     filter_failures: bool = True
     """apply the time-correlation filter to failed episodes too (False: successes only; a failure's labels are the
     task's measured progress, and the ones that rise and fall teach regressions)"""
+    success_labels: Literal["time", "dense"] = "time"
+    """training labels of successful episodes: VLAC's time progress i / T, or the task's dense progress relative to the
+    first frame as for failures (one state function for both; held-out evaluation stays on time labels)"""
     calibration_episodes: int = 0
     """episodes per dataset directory kept out of training to choose the done threshold on (0 = training frames)"""
     exclude_families: tuple[str, ...] = ()

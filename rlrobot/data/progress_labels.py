@@ -64,12 +64,21 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def label_episode(success_next: np.ndarray, reward_next: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(progress [T], done [T], succeeded) of one episode from its ``next.success`` / ``next.reward`` columns."""
+SUCCESS_LABELS = ("time", "dense")
+
+
+def label_episode(success_next: np.ndarray, reward_next: np.ndarray | None, success_labels: str = "time"
+                  ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(progress [T], done [T], succeeded) of one episode from its ``next.success`` / ``next.reward`` columns.
+    ``success_labels="dense"`` labels successful episodes like failures (the task's dense progress relative to the
+    first frame), 1 from the first done frame on; "time" is VLAC's i / T."""
+    if success_labels not in SUCCESS_LABELS:
+        raise ValueError(f"success_labels must be one of {SUCCESS_LABELS}, got {success_labels!r}")
     n = len(success_next)
     done = np.zeros(n, bool)
     done[1:] = success_next[:-1]
-    if done.any():
+    succeeded = bool(done.any())
+    if succeeded and (success_labels == "time" or reward_next is None):
         first = int(np.argmax(done))
         return np.minimum(np.arange(n) / first, 1.0).astype(np.float32), done, True
     if reward_next is None:
@@ -77,8 +86,10 @@ def label_episode(success_next: np.ndarray, reward_next: np.ndarray | None) -> t
     phi = np.empty(n, np.float64)
     phi[0] = reward_next[0]
     phi[1:] = reward_next[:-1]
-    rel = (phi - phi[0]) / max(1.0 - phi[0], 1e-3)
-    return np.clip(rel, 0.0, 1.0).astype(np.float32), done, False
+    rel = np.clip((phi - phi[0]) / max(1.0 - phi[0], 1e-3), 0.0, 1.0)
+    if succeeded:
+        rel[int(np.argmax(done)):] = 1.0
+    return rel.astype(np.float32), done, succeeded
 
 
 @dataclass
@@ -131,12 +142,14 @@ def _family(task: str | None) -> str:
 def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[str, tuple[int, ...]],
                        min_time_correlation: float = 0.5, device: torch.device | str = "cpu",
                        exclude_families: tuple[str, ...] = (), only_families: tuple[str, ...] = (),
-                       max_episodes: int = 0, flat_tolerance: float = 0.05, filter_failures: bool = True) -> ProgressData:
+                       max_episodes: int = 0, flat_tolerance: float = 0.05, filter_failures: bool = True,
+                       success_labels: str = "time") -> ProgressData:
     """Read and label the datasets of ``spec`` (``DIR[,DIR...]``). Refuses (one line naming the feature) a dataset
     without an observation the PRM reads, or with another shape. ``exclude_families`` / ``only_families`` select
     datasets by the suite family of the task they were collected on (``meta/rlrobot.json``). ``filter_failures=False``
     applies the time-correlation filter to successful episodes only: a failure's labels are the task's measured
-    progress (not time), so a failure that rises and falls is what teaches regressions, not label noise."""
+    progress (not time), so a failure that rises and falls is what teaches regressions, not label noise.
+    ``success_labels``: ``label_episode``'s (evaluation data keeps "time", the metric's definition)."""
     from rlrobot.data.demonstrations import obs_feature
     from rlrobot.data.lerobot_dataset import read_lerobot_dataset
     from rlrobot.data.transitions import dataset_meta
@@ -181,7 +194,7 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
             if max_episodes and len(episode_info) >= max_episodes:
                 break
             rows = np.nonzero(ep == e)[0]
-            p, d, ok = label_episode(success[rows], None if reward is None else reward[rows])
+            p, d, ok = label_episode(success[rows], None if reward is None else reward[rows], success_labels)
             corr = spearman(p, np.arange(len(p))) if len(p) > 2 else float("nan")
             # a failure that made no progress at all (flat labels, e.g. random flailing) is kept: its pairs teach
             # "moving without progress is 0" (VLAC's stagnation negatives); only episodes whose labels move without

@@ -95,6 +95,13 @@ def test_episode_labels_time_progress_to_first_success_and_relative_dense_progre
     assert np.allclose(p, [0.0, 0.0, 0.25, 0.5, 0.375])  # (phi_i - phi_0) / (1 - phi_0), phi_i = reward[i - 1]
     assert spearman(np.arange(5.0), np.arange(5.0) ** 2) == pytest.approx(1.0)
     assert np.isnan(spearman(np.zeros(4), np.arange(4.0)))
+    # --prm.success-labels dense: a success labelled by its dense progress like a failure, 1 from its first done frame
+    reward = np.array([0.2, 0.6, 0.4, 1.0, 1.0, 0.9, 1.0])
+    p, done, ok = label_episode(success, reward, "dense")
+    assert ok and done.tolist() == [False, False, False, False, True, True, False]
+    assert np.allclose(p, [0.0, 0.0, 0.5, 0.25, 1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="success_labels must be one of"):
+        label_episode(success, reward, "return")
 
 
 # ---------------------------------------------------------------------------------------------- synthetic data
