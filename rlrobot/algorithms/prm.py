@@ -100,6 +100,10 @@ class PRMConfig(AlgorithmConfig):
         shares = (self.anchor_share, self.reversed_share, self.repeated_share, self.mismatched_share)
         if any(not 0.0 <= s <= 1.0 for s in shares) or sum(shares[1:]) >= 1.0:
             raise ValueError(f"prm.*_share must be in [0, 1] and reversed + repeated + mismatched < 1, got {shares}")
+        from rlrobot.data.progress_labels import SUCCESS_LABELS
+
+        if self.success_labels not in SUCCESS_LABELS:
+            raise ValueError(f"prm.success_labels={self.success_labels!r} is not one of {SUCCESS_LABELS}")
         if not -1.0 <= self.min_time_correlation <= 1.0:
             raise ValueError(f"prm.min_time_correlation must be in [-1, 1], got {self.min_time_correlation}")
         from rlrobot.tasks.so101_suite import FAMILIES

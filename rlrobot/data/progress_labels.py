@@ -74,11 +74,13 @@ def label_episode(success_next: np.ndarray, reward_next: np.ndarray | None, succ
     first frame), 1 from the first done frame on; "time" is VLAC's i / T."""
     if success_labels not in SUCCESS_LABELS:
         raise ValueError(f"success_labels must be one of {SUCCESS_LABELS}, got {success_labels!r}")
+    if success_labels == "dense" and reward_next is None:
+        raise ValueError("success_labels='dense' needs the dataset's 'next.reward' (the task's dense progress)")
     n = len(success_next)
     done = np.zeros(n, bool)
     done[1:] = success_next[:-1]
     succeeded = bool(done.any())
-    if succeeded and (success_labels == "time" or reward_next is None):
+    if succeeded and success_labels == "time":
         first = int(np.argmax(done))
         return np.minimum(np.arange(n) / first, 1.0).astype(np.float32), done, True
     if reward_next is None:
@@ -182,6 +184,9 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
                 raise ValueError(f"dataset feature {name!r} has shape {shape}; the PRM's observation {key!r} needs {want}")
         if "next.success" not in features:
             raise ValueError(f"dataset {root} has no feature 'next.success' (the done labels come from it)")
+        if success_labels == "dense" and "next.reward" not in features:
+            raise ValueError(f"dataset {root} has no feature 'next.reward', which prm.success_labels='dense' labels "
+                             "successful episodes by; use prm.success_labels='time'")
         data = read_lerobot_dataset(root)
         frames = data["frames"]
         names = {i: t for t, i in data["tasks"].items()}

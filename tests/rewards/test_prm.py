@@ -102,6 +102,8 @@ def test_episode_labels_time_progress_to_first_success_and_relative_dense_progre
     assert np.allclose(p, [0.0, 0.0, 0.5, 0.25, 1.0, 1.0, 1.0])
     with pytest.raises(ValueError, match="success_labels must be one of"):
         label_episode(success, reward, "return")
+    with pytest.raises(ValueError, match="needs the dataset's 'next.reward'"):
+        label_episode(success, None, "dense")
 
 
 # ---------------------------------------------------------------------------------------------- synthetic data
