@@ -15,7 +15,7 @@ probability against the done pseudo labels, one PNG of up to 16 episodes; and th
 - ``reversed_total_mean``: each episode that made progress (true progress rose by >= 0.2) played backwards, the sum of
   its pair deltas (stride as above); target < 0 (``reversed_negative_share``: the share of such episodes below 0);
 - ``mismatch_ratio``: mean |delta| of forward pairs under another instruction of the data / under the episode's own;
-  target < 0.2.
+  target < 0.2; NaN (target ``None``: not measurable) on data with one instruction.
 """
 
 from __future__ import annotations
@@ -113,6 +113,8 @@ def evaluate_prm(model, data, stride: int = 5, out: str | Path | None = None, se
     progressed = [r for r in rows if r["progressed"]]
     pd, td = np.concatenate(pred_done), np.concatenate(true_done)
     m_match, m_wrong = float(torch.cat(matched).mean()), float(torch.cat(mismatched).mean())
+    if len(data.instructions) < 2:  # one instruction: nothing to mismatch with (other_instruction returns it)
+        m_wrong = float("nan")
 
     def mean(xs: list[float]) -> float:
         return float(np.mean(xs)) if xs else float("nan")
@@ -134,7 +136,8 @@ def evaluate_prm(model, data, stride: int = 5, out: str | Path | None = None, se
         "delta_abs_matched": m_match, "delta_abs_mismatched": m_wrong, "mismatch_ratio": m_wrong / max(m_match, 1e-9),
         "stride": stride, "curve": curve,
     }
-    metrics["targets_met"] = {k: (metrics[k] >= t if op == ">=" else metrics[k] < t) for k, (op, t) in TARGETS.items()}
+    metrics["targets_met"] = {k: (None if not np.isfinite(metrics[k]) else metrics[k] >= t if op == ">=" else metrics[k] < t)
+                              for k, (op, t) in TARGETS.items()}  # None: not measurable on this data
     result = {"metrics": metrics, "episodes": rows}
     if out is not None:
         out = Path(out)

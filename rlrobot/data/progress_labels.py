@@ -65,33 +65,46 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 SUCCESS_LABELS = ("time", "dense")
+AFTER_SUCCESS = ("hold", "track")
 
 
-def label_episode(success_next: np.ndarray, reward_next: np.ndarray | None, success_labels: str = "time"
-                  ) -> tuple[np.ndarray, np.ndarray, bool]:
+def label_episode(success_next: np.ndarray, reward_next: np.ndarray | None, success_labels: str = "time",
+                  after_success: str = "hold") -> tuple[np.ndarray, np.ndarray, bool]:
     """(progress [T], done [T], succeeded) of one episode from its ``next.success`` / ``next.reward`` columns.
     ``success_labels="dense"`` labels successful episodes like failures (the task's dense progress relative to the
-    first frame), 1 from the first done frame on; "time" is VLAC's i / T."""
+    first frame), 1 from the first done frame on; "time" is VLAC's i / T. ``after_success="track"``: after the first
+    done frame, 1 only while the task stays done and the dense progress where it is lost again (a cube dropped after
+    the lift); "hold" labels every later frame 1 (VLAC: a demonstration ends at success)."""
     if success_labels not in SUCCESS_LABELS:
         raise ValueError(f"success_labels must be one of {SUCCESS_LABELS}, got {success_labels!r}")
+    if after_success not in AFTER_SUCCESS:
+        raise ValueError(f"after_success must be one of {AFTER_SUCCESS}, got {after_success!r}")
+    if after_success == "track" and reward_next is None:
+        raise ValueError("after_success='track' needs the dataset's 'next.reward' (the task's dense progress)")
     if success_labels == "dense" and reward_next is None:
         raise ValueError("success_labels='dense' needs the dataset's 'next.reward' (the task's dense progress)")
     n = len(success_next)
     done = np.zeros(n, bool)
     done[1:] = success_next[:-1]
     succeeded = bool(done.any())
-    if succeeded and success_labels == "time":
-        first = int(np.argmax(done))
-        return np.minimum(np.arange(n) / first, 1.0).astype(np.float32), done, True
     if reward_next is None:
-        return np.zeros(n, np.float32), done, False
+        if not succeeded:
+            return np.zeros(n, np.float32), done, False
+        return np.minimum(np.arange(n) / int(np.argmax(done)), 1.0).astype(np.float32), done, True
     phi = np.empty(n, np.float64)
     phi[0] = reward_next[0]
     phi[1:] = reward_next[:-1]
     rel = np.clip((phi - phi[0]) / max(1.0 - phi[0], 1e-3), 0.0, 1.0)
-    if succeeded:
-        rel[int(np.argmax(done)):] = 1.0
-    return rel.astype(np.float32), done, succeeded
+    if not succeeded:
+        return rel.astype(np.float32), done, False
+    first = int(np.argmax(done))
+    labels = np.minimum(np.arange(n) / first, 1.0) if success_labels == "time" else rel.copy()
+    labels[first:] = 1.0
+    if after_success == "track":
+        lost = ~done
+        lost[:first] = False
+        labels[lost] = rel[lost]
+    return labels.astype(np.float32), done, True
 
 
 @dataclass
@@ -145,13 +158,14 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
                        min_time_correlation: float = 0.5, device: torch.device | str = "cpu",
                        exclude_families: tuple[str, ...] = (), only_families: tuple[str, ...] = (),
                        max_episodes: int = 0, flat_tolerance: float = 0.05, filter_failures: bool = True,
-                       success_labels: str = "time") -> ProgressData:
+                       success_labels: str = "time", after_success: str = "hold") -> ProgressData:
     """Read and label the datasets of ``spec`` (``DIR[,DIR...]``). Refuses (one line naming the feature) a dataset
     without an observation the PRM reads, or with another shape. ``exclude_families`` / ``only_families`` select
     datasets by the suite family of the task they were collected on (``meta/rlrobot.json``). ``filter_failures=False``
     applies the time-correlation filter to successful episodes only: a failure's labels are the task's measured
     progress (not time), so a failure that rises and falls is what teaches regressions, not label noise.
-    ``success_labels``: ``label_episode``'s (evaluation data keeps "time", the metric's definition)."""
+    ``success_labels``, ``after_success``: ``label_episode``'s (evaluation data keeps "time" and "hold", the metric's
+    definition)."""
     from rlrobot.data.demonstrations import obs_feature
     from rlrobot.data.lerobot_dataset import read_lerobot_dataset
     from rlrobot.data.transitions import dataset_meta
@@ -187,6 +201,9 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
         if success_labels == "dense" and "next.reward" not in features:
             raise ValueError(f"dataset {root} has no feature 'next.reward', which prm.success_labels='dense' labels "
                              "successful episodes by; use prm.success_labels='time'")
+        if after_success == "track" and "next.reward" not in features:
+            raise ValueError(f"dataset {root} has no feature 'next.reward', which prm.after_success='track' labels lost "
+                             "successes by; use prm.after_success='hold'")
         data = read_lerobot_dataset(root)
         frames = data["frames"]
         names = {i: t for t, i in data["tasks"].items()}
@@ -199,7 +216,8 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
             if max_episodes and len(episode_info) >= max_episodes:
                 break
             rows = np.nonzero(ep == e)[0]
-            p, d, ok = label_episode(success[rows], None if reward is None else reward[rows], success_labels)
+            p, d, ok = label_episode(success[rows], None if reward is None else reward[rows], success_labels,
+                                     after_success)
             corr = spearman(p, np.arange(len(p))) if len(p) > 2 else float("nan")
             # a failure that made no progress at all (flat labels, e.g. random flailing) is kept: its pairs teach
             # "moving without progress is 0" (VLAC's stagnation negatives); only episodes whose labels move without
@@ -305,6 +323,10 @@ def sample_pairs(data: ProgressData, batch_size: int, generator: torch.Generator
     """One training batch: ``batch_size`` labelled pairs (module docstring) and ``batch_size`` frames for the done
     loss. ``candidates``: the flat frame indices pairs end at (default: the frames of episodes that train progress)."""
     dev = data.device
+    if len(data.instructions) < 2:  # one instruction (a single-task dataset): no other one to mismatch with; a
+        # "mismatched" pair would show the matched words with label 0, contradicting the forward pairs (it capped the
+        # progress of a lift PRM at ~0.69, sigmoid of the match gate, and its done probability at ~0.78)
+        mismatched_share, done_mismatched_share = 0.0, 0.0
     if candidates is None:
         candidates = torch.nonzero(data.trains_progress).squeeze(1)
     if len(candidates) == 0:
@@ -345,5 +367,5 @@ def sample_pairs(data: ProgressData, batch_size: int, generator: torch.Generator
                      done=(data.done[f] & ~wrong).float())
 
 
-__all__ = ["EMBEDDING_KEY", "FORWARD", "MISMATCHED", "REPEATED", "REVERSED", "PairBatch", "ProgressData", "dataset_dirs",
-           "label_episode", "load_progress_data", "other_instruction", "sample_pairs", "spearman"]
+__all__ = ["AFTER_SUCCESS", "EMBEDDING_KEY", "FORWARD", "MISMATCHED", "REPEATED", "REVERSED", "PairBatch", "ProgressData",
+           "dataset_dirs", "label_episode", "load_progress_data", "other_instruction", "sample_pairs", "spearman"]

@@ -104,6 +104,17 @@ def test_episode_labels_time_progress_to_first_success_and_relative_dense_progre
         label_episode(success, reward, "return")
     with pytest.raises(ValueError, match="needs the dataset's 'next.reward'"):
         label_episode(success, None, "dense")
+    # --prm.after-success track: frame 6 (done lost again, e.g. the cube dropped) gets its dense progress, not 1
+    p, done, ok = label_episode(success, reward, "time", "track")
+    assert np.allclose(p, [0, 0.25, 0.5, 0.75, 1.0, 1.0, 0.875])  # (0.9 - 0.2) / (1 - 0.2)
+    p, _, _ = label_episode(success, reward, "time")  # hold (default): 1 from the first done frame on
+    assert np.allclose(p, [0, 0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
+    p, _, _ = label_episode(success, reward, "dense", "track")
+    assert np.allclose(p, [0.0, 0.0, 0.5, 0.25, 1.0, 1.0, 0.875])
+    with pytest.raises(ValueError, match="after_success must be one of"):
+        label_episode(success, reward, "time", "keep")
+    with pytest.raises(ValueError, match="after_success='track' needs"):
+        label_episode(success, None, "time", "track")
 
 
 # ---------------------------------------------------------------------------------------------- synthetic data
@@ -154,6 +165,18 @@ def test_pairs_reversed_repeated_mismatched_labels():
     assert (shown[far & fwd] == own[far & fwd]).all()
     # done labels: the frames' own, except with a mismatched instruction (0)
     assert 0.05 < float(batch.done.mean()) < 0.25
+
+
+def test_one_instruction_data_has_no_mismatched_negatives():
+    """A single-task dataset has no other instruction: a "mismatched" pair would show its own words with label 0 and
+    contradict the forward pairs (measured: it capped a lift PRM's progress at ~0.69)."""
+    data = synthetic_data()
+    one = dataclasses.replace(data, instruction_id=torch.zeros_like(data.instruction_id), instructions=["move x"],
+                  instruction_embeddings=data.instruction_embeddings[:1])
+    batch = sample_pairs(one, 4096, torch.Generator().manual_seed(0), max_skip=10, mismatched_share=0.15)
+    assert not (batch.kind == MISMATCHED).any() and abs(float((batch.kind == FORWARD).float().mean()) - 0.65) < 0.03
+    all_frames = float(one.done.float().mean())  # every frame's done label is its own, none zeroed as "mismatched"
+    assert abs(float(batch.done.mean()) - all_frames) < 0.03
 
 
 @pytest.fixture(scope="module")
