@@ -86,9 +86,9 @@ class RewardConfig:
     instruction); all add to the task's reward: use with --reward-mode sparse"""
     gamma: float | None = None
     """discount of the potential-based terms (None = the algorithm's, which keeps the optimal policy unchanged)"""
-    prm_mode: Literal["potential", "raw"] = "potential"
+    prm_mode: Literal["potential", "raw", "progress"] = "potential"
     """(prm) potential: gamma Phi(s') - Phi(s) with Phi(s_t) = progress of s_t from the episode's first frame | raw: the
-    per-step progress delta (s_t -> s_t+1)"""
+    per-step progress delta (s_t -> s_t+1) | progress: Phi(s_t+1) itself, a level reward (not potential-based)"""
     prm_scale: float = 1.0
     """(prm) weight of the progress term"""
     prm_done: bool = False
@@ -103,8 +103,8 @@ class RewardConfig:
         if kind not in reward_names():
             shown = tuple("prm:PATH" if n == "prm" else n for n in reward_names())
             raise ValueError(f"reward.shaping={self.shaping!r} is not one of {shown}")
-        if self.prm_mode not in ("potential", "raw"):
-            raise ValueError(f"reward.prm_mode={self.prm_mode!r} is not one of ('potential', 'raw')")
+        if self.prm_mode not in ("potential", "raw", "progress"):
+            raise ValueError(f"reward.prm_mode={self.prm_mode!r} is not one of ('potential', 'raw', 'progress')")
         if self.prm_scale <= 0 or self.srpo_scale <= 0:
             raise ValueError(f"reward.prm_scale and reward.srpo_scale must be > 0, got {self.prm_scale} and {self.srpo_scale}")
         if self.srpo_memory < 1:

@@ -10,7 +10,11 @@ to a relative progress delta in [-1, 1] and a done probability. The wrapper adds
   call per step, and per episode the shaped discounted return differs from the task's only by the boundary terms
   (gamma^T Phi(s_T) [0 when terminated] - Phi(s_0) = ... - 0), so the task's optimal policy is kept;
 * ``raw``: the per-step delta(s_t, s_{t+1}) itself (VLAC's dense reward): dense, but a sum of noisy deltas, and not
-  potential-based (a policy can farm progress that it later undoes).
+  potential-based (a policy can farm progress that it later undoes);
+* ``progress``: Phi(s_{t+1}) itself, the progress of the frame reached (a level, as a hand-written staged reward pays
+  reach / grasp / lift levels every step). Not potential-based: it changes what is optimal (scale it below the task's
+  success reward), but it is the one mode whose advantages differ from the task's once the critic fits: a potential
+  term cancels out of Q - V for every policy, so on a task where the policy never succeeds it teaches nothing.
 
 ``--reward.prm-scale`` multiplies the term. ``--reward.prm-done`` ends an episode (terminated) on the first step whose
 done probability exceeds the model's ``done_threshold`` (native tasks: the env's per-env reset is used; the episode's
@@ -34,7 +38,7 @@ import torch
 
 from . import ChunkDiscount, register_reward
 
-PRM_MODES = ("potential", "raw")
+PRM_MODES = ("potential", "raw", "progress")
 EMBEDDING_KEY = "instruction_embedding"
 
 
@@ -121,7 +125,7 @@ class PRMReward(ChunkDiscount):
         instruction = self.instruction_embedding  # the episodes being stepped (autoreset may change it)
         obs, reward, terminated, truncated, info = self.env.step(action)
         after = self._view(info["final_obs"])
-        before = self.first if self.mode == "potential" else self.last
+        before = self.last if self.mode == "raw" else self.first
         delta, done_prob = self.model.progress(before, after, instruction)
         delta, done_prob = delta.to(reward.device).float(), done_prob.to(reward.device).float()
         if self.end_on_done:
@@ -132,6 +136,8 @@ class PRMReward(ChunkDiscount):
             next_phi = delta.clamp_min(0.0)
             term = self.step_gamma() * next_phi * (~terminated).float() - self.phi
             self.phi = torch.where(done, torch.zeros_like(next_phi), next_phi)
+        elif self.mode == "progress":
+            term = delta.clamp_min(0.0)
         else:
             term = delta
         shaped = reward + self.scale * term

@@ -68,6 +68,30 @@ def test_prm_wrapper_keeps_episode_stats_and_the_potential_boundary_identity(tmp
     env.close()
 
 
+def test_prm_progress_mode_pays_the_progress_of_the_frame_reached_from_the_first(tmp_path):
+    ckpt = tiny_prm(tmp_path)
+    cfg = RewardConfig(shaping=f"prm:{ckpt}", prm_mode="progress", prm_scale=0.5)
+    env = rlrobot.make(TASK, 3, seed=0, reward_mode="sparse", max_episode_steps=6, reward_wrappers=cfg.wrappers(0.99))
+    model, emb = env.model, torch.zeros(3, 384)
+    obs, _ = env.reset(seed=0)
+    first = obs["state"].clone()
+    gen = torch.Generator().manual_seed(0)
+    paid = []
+    for _ in range(12):
+        obs, reward, terminated, truncated, info = env.step(torch.rand(3, 5, generator=gen) * 2 - 1)
+        emb = info["final_obs"]["instruction_embedding"]
+        delta, _ = model.progress({"state": first}, {"state": info["final_obs"]["state"]}, emb)
+        expected = info["success"].float() + 0.5 * delta.clamp_min(0.0)  # Phi(s_t+1) from the episode's first frame
+        assert torch.allclose(reward, expected, atol=1e-5)
+        paid.append(float((reward - info["success"].float()).abs().max()))
+        done = terminated | truncated
+        first = torch.where(done[:, None], obs["state"], first)  # new episodes measure from their own first frame
+    assert max(paid) > 0.01  # the term is not trivially zero
+    with pytest.raises(ValueError, match="prm_mode"):
+        RewardConfig(shaping=f"prm:{ckpt}", prm_mode="level").validate(train_config("ppo", task=TASK))
+    env.close()
+
+
 class DoneOnEnvZero:
     """A stub PRM (the protocol: obs_keys, done_threshold, progress): progress 0.1 per step; env 0 is 'done' from its
     3rd step on (in the state it reads: the episode step is counted by the stub per env)."""
