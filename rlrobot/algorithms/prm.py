@@ -64,6 +64,10 @@ class PRMConfig(AlgorithmConfig):
     success_labels: Literal["time", "dense"] = "time"
     """training labels of successful episodes: VLAC's time progress i / T, or the task's dense progress relative to the
     first frame as for failures (one state function for both; held-out evaluation stays on time labels)"""
+    after_success: Literal["hold", "track"] = "hold"
+    """training labels after a successful episode's first done frame: hold (1 on every later frame, VLAC: a
+    demonstration ends at success) | track (1 while the task stays done, the task's dense progress where it is lost
+    again, e.g. a cube dropped after the lift; held-out evaluation stays on hold)"""
     calibration_episodes: int = 0
     """episodes per dataset directory kept out of training to choose the done threshold on (0 = training frames)"""
     exclude_families: tuple[str, ...] = ()
@@ -100,10 +104,12 @@ class PRMConfig(AlgorithmConfig):
         shares = (self.anchor_share, self.reversed_share, self.repeated_share, self.mismatched_share)
         if any(not 0.0 <= s <= 1.0 for s in shares) or sum(shares[1:]) >= 1.0:
             raise ValueError(f"prm.*_share must be in [0, 1] and reversed + repeated + mismatched < 1, got {shares}")
-        from rlrobot.data.progress_labels import SUCCESS_LABELS
+        from rlrobot.data.progress_labels import AFTER_SUCCESS, SUCCESS_LABELS
 
         if self.success_labels not in SUCCESS_LABELS:
             raise ValueError(f"prm.success_labels={self.success_labels!r} is not one of {SUCCESS_LABELS}")
+        if self.after_success not in AFTER_SUCCESS:
+            raise ValueError(f"prm.after_success={self.after_success!r} is not one of {AFTER_SUCCESS}")
         if not -1.0 <= self.min_time_correlation <= 1.0:
             raise ValueError(f"prm.min_time_correlation must be in [-1, 1], got {self.min_time_correlation}")
         from rlrobot.tasks.so101_suite import FAMILIES

@@ -31,7 +31,8 @@ class PRMRunner(Runner):
         shapes = {k: tuple(space[k].shape) for k in net.obs_keys}
         data = load_progress_data(cfg.dataset, tuple(net.obs_keys), shapes, section.min_time_correlation, self.device,
                                   exclude_families=section.exclude_families, max_episodes=section.max_episodes,
-                                  filter_failures=section.filter_failures, success_labels=section.success_labels)
+                                  filter_failures=section.filter_failures, success_labels=section.success_labels,
+                                  after_success=section.after_success)
         if section.eval_dataset:
             self.data = data
             self.eval_data = load_progress_data(section.eval_dataset, tuple(net.obs_keys), shapes,

@@ -136,7 +136,8 @@ def test_new_options_are_validated():
     from rlrobot.config import train_config
 
     for field, value in (("hard_mismatch_share", 1.5), ("done_positive_share", -0.1), ("match_weight", -1.0),
-                         ("calibration_episodes", -1), ("success_labels", "return")):
+                         ("calibration_episodes", -1), ("success_labels", "return"),
+                         ("after_success", "keep")):
         cfg = train_config("prm", task="so101-suite", dataset="x", prm=PRMConfig(**{field: value}))
         with pytest.raises(ValueError, match=f"prm.{field}"):
             cfg.validate()
