@@ -4,7 +4,7 @@ The model (``rlrobot.rewards.prm``, trained by ``rlrobot train --algo prm``) map
 to a relative progress delta in [-1, 1] and a done probability. The wrapper adds to the env's reward (use
 ``--reward-mode sparse``: success plus the model's progress) one of (``--reward.prm-mode``):
 
-* ``potential`` (default; measured better, see the README's PRM-RL table): potential-based shaping
+* ``potential`` (default; measured better than raw on so101-reach, see the README's PRM-RL tables): potential-based shaping
   gamma Phi(s') - Phi(s) with Phi(s_t) = max(0, delta(s_0, s_t)): the progress of the current frame relative to the
   episode's first frame, which is VLAC's value of s_t after one update from V_0 = 0 (V = 0 + (1 - 0) delta). One model
   call per step, and per episode the shaped discounted return differs from the task's only by the boundary terms
@@ -13,8 +13,9 @@ to a relative progress delta in [-1, 1] and a done probability. The wrapper adds
   potential-based (a policy can farm progress that it later undoes);
 * ``progress``: Phi(s_{t+1}) itself, the progress of the frame reached (a level, as a hand-written staged reward pays
   reach / grasp / lift levels every step). Not potential-based: it changes what is optimal (scale it below the task's
-  success reward), but it is the one mode whose advantages differ from the task's once the critic fits: a potential
-  term cancels out of Q - V for every policy, so on a task where the policy never succeeds it teaches nothing.
+  success reward), but unlike ``potential`` its advantages differ from the task's once the critic fits: a potential
+  term cancels out of Q - V for every policy, so on a task where the policy never succeeds it teaches nothing
+  (measured on so101-lift from scratch: README, RL from learned rewards).
 
 ``--reward.prm-scale`` multiplies the term. ``--reward.prm-done`` ends an episode (terminated) on the first step whose
 done probability exceeds the model's ``done_threshold`` (native tasks: the env's per-env reset is used; the episode's
