@@ -16,6 +16,7 @@ RewardFactory = Callable[[Any], Any]  # VecEnv -> wrapped VecEnv
 _SHAPINGS: dict[str, Callable[..., RewardFactory]] = {}
 _TAKES_CONFIG: set[str] = set()
 PRM_PREFIX = "prm:"
+PRM_MODES = ("potential", "raw", "progress")  # --reward.prm-mode (rlrobot.rewards.prm_reward)
 
 
 def register_reward(name: str, make_factory: Callable[..., RewardFactory], takes_config: bool = False) -> None:
@@ -103,8 +104,8 @@ class RewardConfig:
         if kind not in reward_names():
             shown = tuple("prm:PATH" if n == "prm" else n for n in reward_names())
             raise ValueError(f"reward.shaping={self.shaping!r} is not one of {shown}")
-        if self.prm_mode not in ("potential", "raw", "progress"):
-            raise ValueError(f"reward.prm_mode={self.prm_mode!r} is not one of ('potential', 'raw', 'progress')")
+        if self.prm_mode not in PRM_MODES:
+            raise ValueError(f"reward.prm_mode={self.prm_mode!r} is not one of {PRM_MODES}")
         if self.prm_scale <= 0 or self.srpo_scale <= 0:
             raise ValueError(f"reward.prm_scale and reward.srpo_scale must be > 0, got {self.prm_scale} and {self.srpo_scale}")
         if self.srpo_memory < 1:

@@ -37,9 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import ChunkDiscount, register_reward
+from . import PRM_MODES, ChunkDiscount, register_reward
 
-PRM_MODES = ("potential", "raw", "progress")
 EMBEDDING_KEY = "instruction_embedding"
 
 

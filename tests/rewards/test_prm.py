@@ -172,7 +172,7 @@ def test_one_instruction_data_has_no_mismatched_negatives():
     contradict the forward pairs (measured: it capped a lift PRM's progress at ~0.69)."""
     data = synthetic_data()
     one = dataclasses.replace(data, instruction_id=torch.zeros_like(data.instruction_id), instructions=["move x"],
-                  instruction_embeddings=data.instruction_embeddings[:1])
+                              instruction_embeddings=data.instruction_embeddings[:1])
     batch = sample_pairs(one, 4096, torch.Generator().manual_seed(0), max_skip=10, mismatched_share=0.15)
     assert not (batch.kind == MISMATCHED).any() and abs(float((batch.kind == FORWARD).float().mean()) - 0.65) < 0.03
     all_frames = float(one.done.float().mean())  # every frame's done label is its own, none zeroed as "mismatched"

@@ -72,7 +72,7 @@ def test_prm_progress_mode_pays_the_progress_of_the_frame_reached_from_the_first
     ckpt = tiny_prm(tmp_path)
     cfg = RewardConfig(shaping=f"prm:{ckpt}", prm_mode="progress", prm_scale=0.5)
     env = rlrobot.make(TASK, 3, seed=0, reward_mode="sparse", max_episode_steps=6, reward_wrappers=cfg.wrappers(0.99))
-    model, emb = env.model, torch.zeros(3, 384)
+    model = env.model
     obs, _ = env.reset(seed=0)
     first = obs["state"].clone()
     gen = torch.Generator().manual_seed(0)
