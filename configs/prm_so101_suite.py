@@ -7,10 +7,15 @@ words pick the named cube, container and zone; their positions relative to the g
 Successful episodes are labelled by the task's dense progress like the failures (``--prm.success-labels dense``: one
 state function for both, instead of VLAC's time progress for successes), and the time-correlation filter applies to
 successes only (``--prm.no-filter-failures``). Measured (README, process reward models) on 144 held-out episodes,
-three runs against the time-labelled, fully filtered preset before it: Spearman 0.871-0.886 (anchored curve
-0.889-0.909) against 0.852 (0.883), done F1 0.985-0.989, mismatch ratio 0.08-0.15. The price is transfer to a family
-held out of training (long-horizon: Spearman 0.117 against 0.653 with time labels): for that test pass
-``--prm.success-labels time --prm.filter-failures``."""
+three runs (pair head, the data of 2026-12-06) against the time-labelled, fully filtered preset before it:
+Spearman 0.871-0.886 (anchored curve 0.889-0.909) against 0.852 (0.883), done F1 0.985-0.989, mismatch ratio
+0.08-0.15. The price is transfer to a family held out of training (long-horizon: Spearman 0.117 against 0.653 with
+time labels): for that test pass ``--prm.success-labels time --prm.filter-failures``.
+
+The progress head is the per-frame one (``--prm-net.progress-head value``: delta = (V_a - V_b) / (1 - V_b) of one
+learnt V(s)), so an episode's chain of pairs does not accumulate pair errors. Measured on the same data and 144
+held-out episodes, three seeds each, against VLAC's pair head (``--prm-net.progress-head pair``, the preset before
+2026-12-07): Spearman 0.890-0.902 against 0.841-0.857 (data/val: 0.876-0.887 against 0.807-0.834)."""
 
 from rlrobot.algorithms.prm import PRMConfig
 from rlrobot.config import train_config
@@ -18,7 +23,8 @@ from rlrobot.rewards.prm import PRMNetConfig
 from rlrobot.tasks.so101_suite import SO101Suite
 
 SUITE_PRM_NET = PRMNetConfig(obs_keys=("state", "instruction_tokens"), state_entities=SO101Suite.state_entities,
-                             entity_names=SO101Suite.entity_name_tokens, entity_anchor=SO101Suite.tcp_index)
+                             entity_names=SO101Suite.entity_name_tokens, entity_anchor=SO101Suite.tcp_index,
+                             progress_head="value")
 SUITE_PRM = PRMConfig(num_updates=5000, batch_size=256, success_labels="dense", filter_failures=False)
 CONFIG = train_config("prm", task="so101-suite", num_envs=1, prm=SUITE_PRM,
                       prm_net=SUITE_PRM_NET, eval_every=0, checkpoint_every=5, video=True, update_threads=1)

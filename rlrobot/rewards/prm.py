@@ -7,7 +7,8 @@
   camera, trained here) and of the instruction's cached sentence embedding (all-MiniLM-L6-v2, 384-d), FiLM-fused,
   give the signed progress delta ``tanh(.)``. Its meaning is VLAC's *relative* progress: from a frame of progress
   V_b to one of progress V_a, delta = (V_a - V_b) / (1 - V_b) (clipped to [-1, 1]), so the value update
-  ``V_{i+1} = V_i + (1 - V_i) * delta`` (``value_update``) rebuilds an episode's progress curve from its pairs;
+  ``V_{i+1} = V_i + (1 - V_i) * delta`` (``value_update``) rebuilds an episode's progress curve from its pairs.
+  ``progress_head="value"`` computes that delta from one per-frame score instead, so pairs compose exactly;
 - a VLA-RL-style completion model (``rlrobot.rewards.completion.CompletionModel``): "is the task done?" on
   ``obs_after`` and the instruction, its probability the PRM's ``done``.
 
@@ -18,6 +19,7 @@ ValueError naming the key).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -25,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+PROGRESS_HEADS = ("pair", "value")
 EMBEDDING_KEY = "instruction_embedding"
 EMBEDDING_DIM = 384
 TOKENS_KEY = "instruction_tokens"
@@ -72,7 +75,13 @@ class PRMNetConfig:
     text_dim: int = 128
     """projection of the 384-d instruction embedding"""
     head_hidden: tuple[int, ...] = (256, 256)
-    """progress head MLP over (e_before, e_after, e_after - e_before), FiLM-modulated by the instruction"""
+    """progress head MLP over (e_before, e_after, e_after - e_before) ("pair") or over one frame's encoding
+    ("value"), FiLM-modulated by the instruction"""
+    progress_head: str = "pair"
+    """"pair": the delta is any function of the two frames (VLAC's pair model); "value": a per-frame score w(s) =
+    -log(1 - V(s)) and delta = 1 - exp(w(s_before) - w(s_after)), i.e. (V_a - V_b) / (1 - V_b) of one per-frame
+    progress V: the value update then telescopes, so a chain of pairs equals delta(s_0, s_t) at any stride (no pair
+    error accumulates along an episode)"""
     conv_channels: tuple[int, ...] = (16, 32, 32)
     """image encoder: stride-2 3x3 convs (a small net trained here), then a linear layer to embed_dim"""
     done_threshold: float = 0.5
@@ -102,6 +111,10 @@ class PRMNetConfig:
             if key not in ("state", TOKENS_KEY) and not key.startswith("image_"):
                 raise ValueError(f"prm_net.obs_keys: {key!r} is not 'state', {TOKENS_KEY!r} or an image key "
                                  "'image_<camera>'")
+        if self.progress_head not in PROGRESS_HEADS:
+            raise ValueError(f"prm_net.progress_head must be one of {PROGRESS_HEADS}, got {self.progress_head!r}")
+        if self.match_gate and self.progress_head != "pair":
+            raise ValueError("prm_net.match_gate needs prm_net.progress_head 'pair' (the gate reads the pair's features)")
         if self.state_entities and "state" not in self.obs_keys:
             raise ValueError("prm_net.state_entities needs 'state' in prm_net.obs_keys")
         if self.entity_names and TOKENS_KEY not in self.obs_keys:
@@ -224,7 +237,8 @@ class VLACProgressModel(nn.Module):
         self.encoder = ObservationEncoder(obs_space, cfg)
         self.text = nn.Sequential(nn.Linear(EMBEDDING_DIM, cfg.text_dim), nn.SiLU())
         width = cfg.head_hidden[0]
-        self.pair_in = nn.Linear(3 * cfg.embed_dim + cfg.text_dim, width)
+        frames = 3 if cfg.progress_head == "pair" else 1  # (e_b, e_a, e_a - e_b) or one frame's encoding
+        self.pair_in = nn.Linear(frames * cfg.embed_dim + cfg.text_dim, width)
         self.film = nn.Linear(cfg.text_dim, 2 * width)  # the instruction scales and shifts the pair features
         self.head = mlp(width, cfg.head_hidden[1:], 1)
         self.match = mlp(width, cfg.head_hidden[1:], 1) if cfg.match_gate else None
@@ -234,25 +248,39 @@ class VLACProgressModel(nn.Module):
         self.encoder.fit_state_stats(states)
         self.completion.encoder.fit_state_stats(states)
 
+    def _features(self, inputs: list[Tensor], t: Tensor) -> Tensor:
+        h = self.pair_in(torch.cat([*inputs, t], -1))
+        scale, shift = self.film(t).chunk(2, -1)
+        return nn.functional.silu(nn.functional.layer_norm(h, h.shape[-1:]) * (1.0 + scale) + shift)
+
+    def frame_score(self, obs: dict[str, Tensor], instruction_embedding: Tensor) -> Tensor:
+        """(progress_head "value") [B] w(s) = -log(1 - V(s)) up to a constant per instruction: higher is further."""
+        return self.head(self._features([self.encoder(obs)], self.text(instruction_embedding.float()))).squeeze(-1)
+
     def pair_outputs(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
                      ) -> tuple[Tensor, Tensor | None]:
-        """([B] pre-tanh progress delta, [B] match logit or None without ``match_gate``)."""
+        """([B] pre-squash progress delta, [B] match logit or None without ``match_gate``). The pre-squash delta is
+        tanh's input ("pair" head) or w(s_after) - w(s_before) ("value" head; delta = 1 - exp(-it))."""
+        if self.cfg.progress_head == "value":
+            both = {k: torch.cat([obs_before[k], obs_after[k]]) for k in self.obs_keys if k in obs_before}
+            w_b, w_a = self.frame_score(both, instruction_embedding.repeat(2, 1)).chunk(2)
+            return w_a - w_b, None
         e_b, e_a = self.encoder(obs_before), self.encoder(obs_after)
-        t = self.text(instruction_embedding.float())
-        h = self.pair_in(torch.cat([e_b, e_a, e_a - e_b, t], -1))
-        scale, shift = self.film(t).chunk(2, -1)
-        h = nn.functional.silu(nn.functional.layer_norm(h, h.shape[-1:]) * (1.0 + scale) + shift)
+        h = self._features([e_b, e_a, e_a - e_b], self.text(instruction_embedding.float()))
         return self.head(h).squeeze(-1), (self.match(h).squeeze(-1) if self.match is not None else None)
 
     def delta_logits(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
                      ) -> Tensor:
-        """[B] pre-tanh progress delta (without the match gate; ``delta`` applies it)."""
+        """[B] pre-squash progress delta (without the match gate; ``delta`` applies it)."""
         return self.pair_outputs(obs_before, obs_after, instruction_embedding)[0]
 
     def delta(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
               ) -> tuple[Tensor, Tensor | None]:
-        """([B] progress delta in [-1, 1], [B] match logit or None): tanh(logit), times sigmoid(match) when gated."""
+        """([B] progress delta in [-1, 1], [B] match logit or None): tanh(logit), times sigmoid(match) when gated;
+        the value head's 1 - exp(w_b - w_a) = (V_a - V_b) / (1 - V_b), at least -1."""
         logit, match = self.pair_outputs(obs_before, obs_after, instruction_embedding)
+        if self.cfg.progress_head == "value":
+            return 1.0 - torch.exp((-logit).clamp(max=math.log(2.0))), None
         delta = torch.tanh(logit)
         return (delta if match is None else delta * torch.sigmoid(match)), match
 

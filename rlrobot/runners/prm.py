@@ -66,6 +66,10 @@ class PRMRunner(Runner):
         if not config.get("prm"):
             raise ValueError(f"prm.init: {ckpt} is not a process-reward-model checkpoint (no 'prm' entry in config.json)")
         check_observation_space(config["prm"]["observation_space"], self.policy.observation_space, "this run")
+        head = config["prm"].get("net", {}).get("progress_head", "pair")
+        if head != self.policy.cfg.progress_head:
+            raise ValueError(f"prm.init: {ckpt} has prm_net.progress_head {head!r}, this run "
+                             f"{self.policy.cfg.progress_head!r}; warm starts keep the head")
         mine = self.policy.state_dict()
         bad = [k for k, v in weights.items() if k not in mine or mine[k].shape != v.shape]
         if bad:

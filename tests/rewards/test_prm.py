@@ -179,11 +179,11 @@ def test_one_instruction_data_has_no_mismatched_negatives():
     assert abs(float(batch.done.mean()) - all_frames) < 0.03
 
 
-@pytest.fixture(scope="module")
-def trained_tiny():
+@pytest.fixture(scope="module", params=["pair", "value"])
+def trained_tiny(request):
     torch.manual_seed(0)
     data = synthetic_data()
-    model = VLACProgressModel({"state": [4]}, TINY)
+    model = VLACProgressModel({"state": [4]}, dataclasses.replace(TINY, progress_head=request.param))
     model.fit_state_stats(data.obs["state"])
     learner = PRMLearner(model, data, PRMConfig(num_updates=300, batch_size=128, lr=3e-3, max_skip=10), torch.device("cpu"))
     learner.update(300, torch.Generator().manual_seed(1))
@@ -218,6 +218,29 @@ def test_mismatched_instruction_gives_smaller_deltas(trained_tiny):
     other = data.instruction_embeddings[1 - data.instruction_id[j]]
     wrong, done = model.progress(data.frames(i), data.frames(j), other)
     assert float(wrong.abs().mean()) < 0.5 * float(own.abs().mean())
+
+
+def test_value_head_deltas_compose_so_a_chain_equals_the_long_pair():
+    """progress_head "value": delta = (V_a - V_b) / (1 - V_b) of one per-frame V, so the value update of delta(a, b)
+    by delta(b, c) is delta(a, c) wherever nothing is clipped: an episode's chain does not depend on the stride."""
+    torch.manual_seed(0)
+    model = VLACProgressModel({"state": [4]}, dataclasses.replace(TINY, progress_head="value"))
+    g = torch.Generator().manual_seed(0)
+    a, b, c = ({"state": torch.randn(4000, 4, generator=g)} for _ in range(3))
+    emb = torch.randn(4000, 384, generator=g)
+    d_ab, _ = model.progress(a, b, emb)
+    d_bc, _ = model.progress(b, c, emb)
+    d_ac, _ = model.progress(a, c, emb)
+    chained = value_update(d_ab, d_bc)
+    free = (d_ab >= 0) & (d_bc > -1 + 1e-4) & (d_ac > 0)  # no clip at -1 nor at value 0
+    assert int(free.sum()) > 200
+    assert torch.allclose(chained[free], d_ac[free], atol=1e-5)
+    with torch.no_grad():
+        w = model.frame_score(a, emb), model.frame_score(b, emb)
+    assert torch.allclose(d_ab, (1 - torch.exp(w[0] - w[1])).clamp_min(-1), atol=1e-5)
+    pair = VLACProgressModel({"state": [4]}, TINY)  # the pair head composes only approximately: it is not tested so
+    assert pair.pair_in.in_features == 3 * TINY.embed_dim + TINY.text_dim
+    assert model.pair_in.in_features == TINY.embed_dim + TINY.text_dim
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
@@ -289,6 +312,29 @@ def test_train_checkpoint_refuses_other_observation_space_and_resumes_exactly(su
         load_progress_model(tmp_path / "a")
 
 
+def test_value_head_run_trains_loads_and_refuses_a_pair_head_warm_start(suite_dataset, tmp_path):
+    import rlrobot
+    from rlrobot.runners.base import make_runner
+
+    pair = make_runner(_config(tmp_path / "pair", suite_dataset, 2))
+    pair.learn()
+    cfg = _config(tmp_path / "value", suite_dataset, 2)
+    cfg.prm_net = dataclasses.replace(TINY, progress_head="value")
+    make_runner(cfg).learn()
+    env = rlrobot.make("so101-suite", 2, seed=0)
+    model = load_progress_model(tmp_path / "value", "cpu", observation_space=env.single_observation_space)
+    assert model.cfg.progress_head == "value"
+    obs, _ = env.reset(seed=0)
+    delta, done = model.progress(obs, env.step(env.expert_action())[0], obs["instruction_embedding"])
+    assert delta.shape == done.shape == (2,) and (delta >= -1).all() and (delta <= 1).all()
+    env.close()
+    cfg = _config(tmp_path / "warm", suite_dataset, 2)
+    cfg.prm_net = dataclasses.replace(TINY, progress_head="value")
+    cfg.prm = dataclasses.replace(cfg.prm, init=str(tmp_path / "pair"))
+    with pytest.raises(ValueError, match="prm.init: .* has prm_net.progress_head 'pair', this run 'value'"):
+        make_runner(cfg).learn()
+
+
 def test_prm_eval_command_writes_metrics_and_curves(suite_dataset, tmp_path, trained_tiny):
     from rlrobot.commands.prm_eval import PRMEvalArgs, run_prm_eval
     from rlrobot.runners.base import make_runner
@@ -328,6 +374,12 @@ def test_config_validation_names_the_field():
         cfg.validate()
     cfg = train_config("prm", task="so101-suite", dataset="x", prm_net=PRMNetConfig(obs_keys=("depth",)))
     with pytest.raises(ValueError, match="prm_net.obs_keys: 'depth' is not 'state', 'instruction_tokens' or an image key"):
+        cfg.validate()
+    cfg = train_config("prm", task="so101-suite", dataset="x", prm_net=PRMNetConfig(progress_head="values"))
+    with pytest.raises(ValueError, match="prm_net.progress_head must be one of \\('pair', 'value'\\)"):
+        cfg.validate()
+    cfg = train_config("prm", task="so101-suite", dataset="x", prm_net=PRMNetConfig(progress_head="value", match_gate=True))
+    with pytest.raises(ValueError, match="prm_net.match_gate needs prm_net.progress_head 'pair'"):
         cfg.validate()
 
 
