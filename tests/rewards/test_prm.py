@@ -238,7 +238,7 @@ def test_value_head_deltas_compose_so_a_chain_equals_the_long_pair():
     with torch.no_grad():
         w = model.frame_score(a, emb), model.frame_score(b, emb)
     assert torch.allclose(d_ab, (1 - torch.exp(w[0] - w[1])).clamp_min(-1), atol=1e-5)
-    pair = VLACProgressModel({"state": [4]}, TINY)  # the pair head composes only approximately: it is not tested so
+    pair = VLACProgressModel({"state": [4]}, TINY)  # the pair head reads both frames' encodings, the value head one
     assert pair.pair_in.in_features == 3 * TINY.embed_dim + TINY.text_dim
     assert model.pair_in.in_features == TINY.embed_dim + TINY.text_dim
 
