@@ -262,7 +262,7 @@ class VLACProgressModel(nn.Module):
         """([B] pre-squash progress delta, [B] match logit or None without ``match_gate``). The pre-squash delta is
         tanh's input ("pair" head) or w(s_after) - w(s_before) ("value" head; delta = 1 - exp(-it))."""
         if self.cfg.progress_head == "value":
-            both = {k: torch.cat([obs_before[k], obs_after[k]]) for k in self.obs_keys if k in obs_before}
+            both = {k: torch.cat([obs_before[k], obs_after[k]]) for k in self.obs_keys}  # one encoder pass
             w_b, w_a = self.frame_score(both, instruction_embedding.repeat(2, 1)).chunk(2)
             return w_a - w_b, None
         e_b, e_a = self.encoder(obs_before), self.encoder(obs_after)
