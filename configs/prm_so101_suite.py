@@ -15,7 +15,9 @@ time labels): for that test pass ``--prm.success-labels time --prm.filter-failur
 The progress head is the per-frame one (``--prm-net.progress-head value``: delta = (V_a - V_b) / (1 - V_b) of one
 learnt V(s)), so an episode's chain of pairs does not accumulate pair errors. Measured on the same data and 144
 held-out episodes, three seeds each, against VLAC's pair head (``--prm-net.progress-head pair``, the preset before
-2026-12-07): Spearman 0.890-0.902 against 0.841-0.857 (data/val: 0.876-0.887 against 0.807-0.834)."""
+2026-12-07): Spearman 0.890-0.902 against 0.841-0.857 (data/val: 0.876-0.887 against 0.807-0.834); on another
+machine's regeneration of the data (the README's data A) 0.891-0.897 against 0.871-0.886 (data/val 0.872-0.876 against
+0.845)."""
 
 from rlrobot.algorithms.prm import PRMConfig
 from rlrobot.config import train_config
