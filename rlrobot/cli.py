@@ -305,8 +305,24 @@ def chunk_timing(policy, env, seed: int, calls: int = 50) -> dict[str, float]:
     return timing
 
 
-def list_tasks() -> None:
+@dataclass
+class ListTasksArgs:
+    instructions: str | None = None
+    """a language-suite task id (so101-suite, so101-pick-place, ...): print every instruction it draws, one per line
+    (what `rlrobot train --instruction` takes)"""
+
+
+def list_tasks(args: ListTasksArgs) -> None:
     from rlrobot.envs.registry import describe_task, native_task_ids
+
+    if args.instructions is not None:
+        from rlrobot.tasks.so101_suite import SUITE_TASKS
+
+        if args.instructions not in SUITE_TASKS:
+            raise ValueError(f"instructions={args.instructions!r} is not a language-suite task; one of {sorted(SUITE_TASKS)}")
+        for text in SUITE_TASKS[args.instructions].instructions():
+            print(text)
+        return
 
     table = Table(title="rlrobot tasks")
     for col in ("task", "observation", "action", "max steps", "instruction"):
@@ -370,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
             run_offline_bench(tyro.cli(OfflineBenchArgs, args=rest, prog="rlrobot offline-bench",
                                        description="Offline RL benchmark (issue 17): a Markdown table and learning curves."))
         elif command == "list-tasks":
-            list_tasks()
+            list_tasks(tyro.cli(ListTasksArgs, args=rest, prog="rlrobot list-tasks"))
         elif command == "list-algos":
             list_algorithms()
         elif command == "bench":

@@ -53,6 +53,9 @@ class TrainConfig:
     """native tasks: joint_pos | joint_delta | ee_delta"""
     max_episode_steps: int | None = None
     """episode length in control steps (None: the task's own)"""
+    instruction: str | None = None
+    """language-suite tasks (so101-suite, so101-pick-place, ...): train and evaluate on this one instruction, e.g.
+    "put the red cube in the bin" (`rlrobot list-tasks --instructions TASK` lists them); None: all of the task's"""
     reward: RewardConfig = field(default_factory=RewardConfig)
     """reward wrappers of the training env (--reward.shaping)"""
     num_threads: int = 0
@@ -119,13 +122,16 @@ class TrainConfig:
             if self.task.startswith("maniskill:"):
                 opts["obs_mode"] = self.obs_mode  # ManiSkill keeps its task's own control mode
             return opts
-        return {
+        opts = {
             "obs_mode": self.obs_mode,
             "reward_mode": self.reward_mode,
             "control_mode": self.control_mode,
             "max_episode_steps": self.max_episode_steps,
             "num_threads": self.num_threads or None,
         }
+        if self.instruction is not None:  # only the suite tasks take it (validate)
+            opts["instruction"] = self.instruction
+        return opts
 
     def reward_wrappers(self) -> list:
         """The reward wrappers of the training env (evaluation always reports the task's own reward)."""
@@ -147,6 +153,12 @@ class TrainConfig:
         if ":" not in self.task:
             validate_task_modes(self.task, obs_mode=self.obs_mode, reward_mode=self.reward_mode,
                                 control_mode=self.control_mode)
+        if self.instruction is not None:
+            from rlrobot.tasks.so101_suite import SUITE_TASKS
+
+            if self.task not in SUITE_TASKS:
+                raise ValueError(f"instruction is for the language-suite tasks {sorted(SUITE_TASKS)}, not task={self.task!r}")
+            SUITE_TASKS[self.task].check_instruction(self.instruction)
         for name in ("num_envs", "eval_episodes", "eval_envs", "torch_threads", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -104,6 +104,11 @@ def family_specs(family: str) -> list[tuple[tuple[int, int, int], ...]]:
     raise ValueError(f"family={family!r} is not one of {FAMILIES}")
 
 
+def _spec_text(spec: tuple[tuple[int, int, int], ...]) -> str:
+    k, o, g = (np.array(x) for x in zip(*spec, strict=True))
+    return describe(k, o, g, len(spec))
+
+
 def all_instructions() -> list[str]:
     out = []
     for family in FAMILIES:
@@ -177,10 +182,14 @@ class SO101Suite(SO101Env):
     state_entities = (f"{_arm_dims}:{len(OBJECTS)}:3+{_quat_start}:{len(OBJECTS)}:4+{_contact_start}:{len(OBJECTS)}:2",
                       f"{_container_start}:{len(CONTAINERS)}:3", f"{_zone_start}:{len(COLOURS)}:2")
 
-    def __init__(self, num_envs: int, *, swapped_instruction: bool = False, **kw: Any):
+    def __init__(self, num_envs: int, *, swapped_instruction: bool = False, instruction: str | None = None,
+                 **kw: Any):
         """``swapped_instruction``: every episode shows the policy a colour-swapped instruction
         (``colour_swapped_spec``) and still judges success on the task it drew: a policy that follows the words
-        then succeeds at about chance (the wrong-instruction check of the suite)."""
+        then succeeds at about chance (the wrong-instruction check of the suite). ``instruction``: draw only this
+        one task of the suite (one of ``instructions()``; the scene's layout, distractors and physics are still
+        randomised per episode), LIBERO's sense of a task; None draws every instruction of ``families``."""
+        self.check_instruction(instruction)
         n = num_envs
         self.swapped_instruction = swapped_instruction
         self.family = np.zeros(n, np.int64)
@@ -205,6 +214,9 @@ class SO101Suite(SO101Env):
         self._embeddings = InstructionEmbeddings(EMBEDDINGS_TABLE)
         self._family_ids = np.array([FAMILIES.index(f) for f in self.families], np.int64)
         self._specs = {f: family_specs(f) for f in self.families}
+        if instruction is not None:  # keep the one spec whose words are the instruction
+            self._specs = {f: [sp for sp in specs if _spec_text(sp) == instruction] for f, specs in self._specs.items()}
+            self._family_ids = np.array([FAMILIES.index(f) for f, specs in self._specs.items() if specs], np.int64)
         self._advance = False
         super().__init__(num_envs, **kw)
         m = self.model
@@ -217,6 +229,22 @@ class SO101Suite(SO101Env):
         self.single_observation_space = gymnasium.spaces.Dict(spaces)
 
     # ------------------------------------------------------------ instructions
+    @classmethod
+    def instructions(cls) -> list[str]:
+        """Every instruction this task draws from (its families' task specs)."""
+        return [_spec_text(spec) for family in cls.families for spec in family_specs(family)]
+
+    @classmethod
+    def check_instruction(cls, instruction: str | None) -> None:
+        """One-line ValueError unless ``instruction`` is None or one of ``instructions()``."""
+        if instruction is None:
+            return
+        allowed = cls.instructions()
+        if instruction not in allowed:
+            shown = ", ".join(repr(t) for t in allowed[:4])
+            raise ValueError(f"instruction={instruction!r} is not one of the {len(allowed)} instructions of "
+                             f"{cls.task_name} ({shown}, ...; rlrobot list-tasks --instructions {cls.task_name})")
+
     @property
     def instruction(self) -> list[str]:
         return list(self._instructions)

@@ -63,6 +63,8 @@ def test_train_resume_eval_round_trip(tmp_path):
     (["--algo", "sac", "--sac.batch-size", "100000"], "larger than the replay contents at learning start"),
     (["--algo", "sac", "--sac.buffer-size", "8"], "smaller than num_envs"),
     (["--algo", "sac", "--sac.actor-q", "max"], "invalid choice 'max'"),
+    (["--instruction", "put the red cube in the bin"], "instruction is for the language-suite tasks"),
+    (["--task", "so101-pick-place", "--instruction", "put the red cube in the box"], "is not one of the 12 instructions"),
 ])
 def test_bad_input_is_rejected_before_compute(tmp_path, args, message):
     p = rlrobot("train", "--out", str(tmp_path / "x"), *args, check=False)
@@ -94,6 +96,8 @@ def test_list_tasks():
     p = rlrobot("list-tasks")
     for task in ("so101-reach", "so101-push", "so101-lift"):
         assert task in p.stdout
+    p = rlrobot("list-tasks", "--instructions", "so101-push-to")
+    assert p.stdout.splitlines()[0] == "push the red cube to the green zone" and len(p.stdout.splitlines()) == 12
 
 
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):

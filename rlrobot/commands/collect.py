@@ -46,6 +46,8 @@ class CollectArgs:
     image_size: int = 64
     max_attempts: int = 0
     """give up after this many episodes (0 = 20 x episodes)"""
+    instruction: str | None = None
+    """language-suite tasks: record only this instruction (`rlrobot list-tasks --instructions TASK`)"""
 
 
 def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
@@ -73,8 +75,16 @@ def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
         raise ValueError(f"noise must be >= 0, got {args.noise}")
     if args.label not in ("executed", "expert"):
         raise ValueError(f"label={args.label!r} is not one of: executed, expert")
+    options: dict[str, Any] = {}
+    if args.instruction is not None:
+        from rlrobot.tasks.so101_suite import SUITE_TASKS
+
+        if args.task not in SUITE_TASKS:
+            raise ValueError(f"instruction is for the language-suite tasks {sorted(SUITE_TASKS)}, not task={args.task!r}")
+        SUITE_TASKS[args.task].check_instruction(args.instruction)
+        options["instruction"] = args.instruction
     env = rlrobot.make(args.task, args.num_envs, seed=args.seed, obs_mode=args.obs_mode,
-                       control_mode=args.control_mode, image_size=args.image_size)
+                       control_mode=args.control_mode, image_size=args.image_size, **options)
     try:
         return _collect(env, args, rec)
     finally:

@@ -155,3 +155,36 @@ def test_swapped_instruction_option_shows_wrong_words_and_judges_the_drawn_task(
         drawn = describe(env.subtask_kind[i], env.subtask_obj[i], env.subtask_goal[i], int(env.num_subtasks[i]))
         assert text != drawn and text in all_instructions()
     env.close()
+
+
+def test_one_instruction_option_draws_only_that_task_and_refuses_others():
+    """``instruction=``: every env and every autoreset draws that one task (the layout still varies); a text that is
+    not one of the task's instructions, or the option on a task outside the suite, is a one-line error before any env
+    is built."""
+    import pytest
+
+    from rlrobot.config import train_config
+    from rlrobot.tasks.so101_suite import SO101PickPlace
+
+    text = "put the red cube in the bin"
+    assert text in SO101PickPlace.instructions() and len(SO101PickPlace.instructions()) == 12
+    env = rlrobot.make("so101-pick-place", 6, seed=3, instruction=text, max_episode_steps=2)
+    obs, _ = env.reset(seed=3)
+    first = obs["state"].clone()
+    for _ in range(2):
+        obs, _, _, truncated, info = env.step(torch.zeros(6, 5))
+    assert truncated.all() and info["episode"]["instruction"] == [text] * 6
+    assert env.instruction == [text] * 6 and not torch.equal(obs["state"], first)  # new layouts, same words
+    env.close()
+    suite = SO101Suite(8, seed=4, instruction="stack the green cube on the red cube")
+    suite.reset(seed=4)
+    assert set(suite.instruction) == {"stack the green cube on the red cube"} and set(suite.family.tolist()) == {2}
+    suite.close()
+    with pytest.raises(ValueError, match="instruction='put the red cube in the box' is not one of the 12 instructions"):
+        train_config("ppo", task="so101-pick-place", instruction="put the red cube in the box").validate()
+    with pytest.raises(ValueError, match="is not one of the 12"):  # a push-to text is not a pick-place task
+        SO101PickPlace(2, instruction="push the red cube to the blue zone")
+    with pytest.raises(ValueError, match="instruction is for the language-suite tasks"):
+        train_config("ppo", task="so101-reach", instruction=text).validate()
+    assert train_config("ppo", task="so101-pick-place", instruction=text).task_options()["instruction"] == text
+    assert "instruction" not in train_config("ppo", task="so101-pick-place").task_options()

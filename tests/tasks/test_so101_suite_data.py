@@ -31,3 +31,18 @@ def test_collect_stores_per_episode_instructions_and_sft_reads_them(tmp_path):
     np.testing.assert_array_equal(demos.obs["instruction_tokens"].numpy(), expected["instruction_tokens"])
     np.testing.assert_array_equal(demos.obs["instruction_embedding"].numpy(), expected["instruction_embedding"])
     assert demos.obs["state"].shape == (len(frame_tasks), space["state"][0])
+
+
+def test_collect_one_instruction(tmp_path):
+    """``--instruction``: every recorded episode carries that one task; a text outside the task's is refused first."""
+    import pytest
+
+    out = tmp_path / "one"
+    text = "push the blue cube to the red zone"
+    collect_demonstrations(CollectArgs(task="so101-push-to", episodes=3, out=str(out), num_envs=3, seed=0, instruction=text))
+    data = read_lerobot_dataset(out)
+    assert [ep["tasks"] for ep in data["episodes"]] == [[text]] * 3
+    with pytest.raises(ValueError, match="is not one of the 12 instructions of so101-push-to"):
+        collect_demonstrations(CollectArgs(task="so101-push-to", episodes=1, out=str(tmp_path / "x"),
+                                           instruction="push the blue cube to the blue zone"))
+    assert not (tmp_path / "x").exists()
