@@ -154,11 +154,9 @@ class TrainConfig:
             validate_task_modes(self.task, obs_mode=self.obs_mode, reward_mode=self.reward_mode,
                                 control_mode=self.control_mode)
         if self.instruction is not None:
-            from rlrobot.tasks.so101_suite import SUITE_TASKS
+            from rlrobot.tasks.so101_suite import check_task_instruction
 
-            if self.task not in SUITE_TASKS:
-                raise ValueError(f"instruction is for the language-suite tasks {sorted(SUITE_TASKS)}, not task={self.task!r}")
-            SUITE_TASKS[self.task].check_instruction(self.instruction)
+            check_task_instruction(self.task, self.instruction)
         for name in ("num_envs", "eval_episodes", "eval_envs", "torch_threads", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -110,12 +110,16 @@ def _spec_text(spec: tuple[tuple[int, int, int], ...]) -> str:
 
 
 def all_instructions() -> list[str]:
-    out = []
-    for family in FAMILIES:
-        for spec in family_specs(family):
-            k, o, g = (np.array(x) for x in zip(*spec, strict=True))
-            out.append(describe(k, o, g, len(spec)))
-    return out
+    return [_spec_text(spec) for family in FAMILIES for spec in family_specs(family)]
+
+
+def check_task_instruction(task: str, instruction: str | None) -> None:
+    """One-line ValueError unless ``instruction`` is None or one of the suite task ``task``'s instructions."""
+    if instruction is None:
+        return
+    if task not in SUITE_TASKS:
+        raise ValueError(f"instruction is for the language-suite tasks {sorted(SUITE_TASKS)}, not task={task!r}")
+    SUITE_TASKS[task].check_instruction(instruction)
 
 
 VOCABULARY = Vocabulary.from_texts(all_instructions(), MAX_TOKENS)

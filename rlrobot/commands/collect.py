@@ -77,11 +77,9 @@ def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
         raise ValueError(f"label={args.label!r} is not one of: executed, expert")
     options: dict[str, Any] = {}
     if args.instruction is not None:
-        from rlrobot.tasks.so101_suite import SUITE_TASKS
+        from rlrobot.tasks.so101_suite import check_task_instruction
 
-        if args.task not in SUITE_TASKS:
-            raise ValueError(f"instruction is for the language-suite tasks {sorted(SUITE_TASKS)}, not task={args.task!r}")
-        SUITE_TASKS[args.task].check_instruction(args.instruction)
+        check_task_instruction(args.task, args.instruction)
         options["instruction"] = args.instruction
     env = rlrobot.make(args.task, args.num_envs, seed=args.seed, obs_mode=args.obs_mode,
                        control_mode=args.control_mode, image_size=args.image_size, **options)
