@@ -37,7 +37,8 @@ TARGETS = {"spearman_mean": (">=", 0.9), "done_f1": (">=", 0.9), "reversed_total
 @dataclass
 class PRMEvalArgs:
     checkpoint: str
-    """PRM run directory / checkpoint (rlrobot train --algo prm)"""
+    """PRM run directory / checkpoint (rlrobot train --algo prm); RUN,RUN,... evaluates their ensemble (mean delta
+    and done probability)"""
     dataset: str
     """held-out LeRobotDataset(s): DIR[,DIR...] or a folder of datasets"""
     out: str = ""
@@ -189,11 +190,17 @@ def run_prm_eval(args: PRMEvalArgs) -> dict[str, Any]:
     model = load_progress_model(args.checkpoint, args.device)
     shapes = {k: tuple(v) for k, v in model.observation_space.items()}
     data = load_progress_data(args.dataset, model.obs_keys, shapes, device=args.device, max_episodes=args.max_episodes)
+    from rlrobot.rewards.prm import split_prm_paths
     from rlrobot.rewards.sarm import ADAPTER_FILE
 
-    sarm = (Path(args.checkpoint) / ADAPTER_FILE).is_file()  # a SARM adapter directory (the vla extra)
-    ckpt = Path(args.checkpoint) if sarm else resolve_checkpoint(args.checkpoint)
-    out = Path(args.out) if args.out else (ckpt / "prm_eval" if sarm else ckpt.parent.parent / "prm_eval")
+    paths = split_prm_paths(args.checkpoint)
+    sarm = (Path(paths[0]) / ADAPTER_FILE).is_file()  # a SARM adapter directory (the vla extra)
+    ckpt = Path(paths[0]) if sarm else resolve_checkpoint(paths[0])
+    default_out = ckpt / "prm_eval" if sarm else ckpt.parent.parent / "prm_eval"
+    if len(paths) > 1:  # an ensemble: next to its first member's results, named by its size
+        default_out = default_out.with_name(f"prm_eval_ensemble{len(paths)}")
+        ckpt = Path(args.checkpoint)
+    out = Path(args.out) if args.out else default_out
     result = evaluate_prm(model, data, args.stride, out, args.seed, args.curve)
     m = result["metrics"]
     console.print(f"PRM {ckpt} on {m['episodes']} episodes of {args.dataset}: Spearman {m['spearman_mean']:.3f} "

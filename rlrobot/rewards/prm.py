@@ -351,9 +351,46 @@ def check_observation_space(saved: dict[str, list[int]], current: dict[str, Any]
             raise ValueError(f"PRM observation {key!r} has shape {list(shape)} in the checkpoint; {what} has {have}")
 
 
+class PRMEnsemble(nn.Module):
+    """Several PRMs of one observation space behind the protocol: the mean of their progress deltas and of their done
+    probabilities; the done threshold is the mean of theirs. Independent seeds' pair errors partly cancel, so the
+    value chain of a progress curve drifts less (measured on the suite: README, "Process reward models")."""
+
+    def __init__(self, members: list[nn.Module], names: list[str] | None = None):
+        super().__init__()
+        if len(members) < 2:
+            raise ValueError(f"a PRM ensemble needs at least 2 members, got {len(members)}")
+        names = names or [f"member {i}" for i in range(len(members))]
+        first = members[0]
+        for name, member in zip(names[1:], members[1:], strict=True):
+            if tuple(member.obs_keys) != tuple(first.obs_keys) or member.observation_space != first.observation_space:
+                raise ValueError(f"PRM ensemble: {name} reads {member.observation_space}, {names[0]} reads "
+                                 f"{first.observation_space}; members must share one observation space")
+        self.members = nn.ModuleList(members)
+        self.obs_keys = tuple(first.obs_keys)
+        self.observation_space = dict(first.observation_space)
+        self.done_threshold = float(sum(m.done_threshold for m in members) / len(members))
+
+    @torch.no_grad()
+    def progress(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
+                 ) -> tuple[Tensor, Tensor]:
+        outputs = [m.progress(obs_before, obs_after, instruction_embedding) for m in self.members]
+        return torch.stack([d for d, _ in outputs]).mean(0), torch.stack([p for _, p in outputs]).mean(0)
+
+    def forward(self, obs_before: dict[str, Tensor], obs_after: dict[str, Tensor], instruction_embedding: Tensor
+                ) -> tuple[Tensor, Tensor]:
+        return self.progress(obs_before, obs_after, instruction_embedding)
+
+
+def split_prm_paths(path: str | Path) -> list[str]:
+    """``A,B,C`` (an ensemble) -> [A, B, C]; one path -> [path]."""
+    return [p for p in str(path).split(",") if p] or [str(path)]
+
+
 def load_progress_model(path: str | Path, device: str | torch.device = "cpu",
-                        observation_space: dict[str, Any] | None = None) -> VLACProgressModel:
-    """A trained PRM from a run directory / checkpoint (``rlrobot train --algo prm``), in eval mode on ``device``.
+                        observation_space: dict[str, Any] | None = None) -> nn.Module:
+    """A trained PRM from a run directory / checkpoint (``rlrobot train --algo prm``), in eval mode on ``device``;
+    ``A,B,C`` (comma-separated runs, e.g. seeds of one preset) loads their ``PRMEnsemble``.
 
     ``observation_space``: the env's (a gymnasium Dict space's ``.spaces``, or key -> shape); a PRM that reads a key
     the env lacks, or with another shape, is refused (ValueError naming the key). Only the checkpoint's
@@ -362,6 +399,10 @@ def load_progress_model(path: str | Path, device: str | torch.device = "cpu",
     from rlrobot.rewards.sarm import ADAPTER_FILE, load_sarm
     from rlrobot.runners.checkpoint import load_checkpoint
 
+    paths = split_prm_paths(path)
+    if len(paths) > 1:
+        members = [load_progress_model(p, device, observation_space) for p in paths]
+        return PRMEnsemble(members, paths).to(device).eval()
     if (Path(path) / ADAPTER_FILE).is_file():
         return load_sarm(path, device, observation_space)
 

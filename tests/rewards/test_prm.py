@@ -24,6 +24,7 @@ from rlrobot.data.progress_labels import (
     spearman,
 )
 from rlrobot.rewards.prm import (
+    PRMEnsemble,
     PRMNetConfig,
     ProgressRewardModel,
     VLACProgressModel,
@@ -347,6 +348,41 @@ def test_prm_eval_command_writes_metrics_and_curves(suite_dataset, tmp_path, tra
     assert 0.0 <= m["done_f1"] <= 1.0 and m["reversed_episodes"] == 3
     with pytest.raises(ValueError, match="stride must be >= 1"):
         run_prm_eval(PRMEvalArgs(checkpoint=str(tmp_path / "run"), dataset=str(suite_dataset), stride=0))
+
+
+def test_ensemble_of_runs_averages_deltas_and_done_and_refuses_another_observation_space(suite_dataset, tmp_path):
+    import rlrobot
+    from rlrobot.commands.prm_eval import PRMEvalArgs, run_prm_eval
+    from rlrobot.rewards.prm_reward import check_prm_path
+    from rlrobot.runners.base import make_runner
+
+    for seed in (0, 1):
+        cfg = _config(tmp_path / f"s{seed}", suite_dataset, 2)
+        cfg.seed = seed
+        make_runner(cfg).learn()
+    env = rlrobot.make("so101-suite", 3, seed=0)
+    paths = f"{tmp_path / 's0'},{tmp_path / 's1'}"
+    ensemble = load_progress_model(paths, "cpu", observation_space=env.single_observation_space)
+    members = [load_progress_model(tmp_path / f"s{seed}") for seed in (0, 1)]
+    assert isinstance(ensemble, PRMEnsemble) and isinstance(ensemble, ProgressRewardModel)
+    obs, _ = env.reset(seed=0)
+    nxt = env.step(env.expert_action())[0]
+    emb = obs["instruction_embedding"]
+    (d0, p0), (d1, p1) = (m.progress(obs, nxt, emb) for m in members)
+    delta, done = ensemble.progress(obs, nxt, emb)
+    assert not torch.allclose(d0, d1)  # two seeds: two models
+    assert torch.allclose(delta, (d0 + d1) / 2) and torch.allclose(done, (p0 + p1) / 2)
+    assert ensemble.done_threshold == pytest.approx(sum(m.done_threshold for m in members) / 2)
+    env.close()
+    other = VLACProgressModel({"state": [27]}, TINY)
+    with pytest.raises(ValueError, match="members must share one observation space"):
+        PRMEnsemble([members[0], other], ["a", "reach"])
+    with pytest.raises(ValueError, match="at least 2 members"):
+        PRMEnsemble([members[0]])
+    with pytest.raises(ValueError, match="reward.shaping: PRM checkpoint .*nope.* does not exist"):
+        check_prm_path(f"{tmp_path / 's0'},{tmp_path / 'nope'}")
+    run_prm_eval(PRMEvalArgs(checkpoint=paths, dataset=str(suite_dataset)))
+    assert (tmp_path / "s0" / "prm_eval_ensemble2" / "metrics.json").is_file()
 
 
 def test_holdout_split_keeps_whole_episodes_and_one_per_dataset_for_training():
