@@ -383,8 +383,8 @@ class PRMEnsemble(nn.Module):
 
 
 def split_prm_paths(path: str | Path) -> list[str]:
-    """``A,B,C`` (an ensemble) -> [A, B, C]; one path -> [path]."""
-    return [p for p in str(path).split(",") if p] or [str(path)]
+    """``A,B,C`` (an ensemble) -> [A, B, C]; one path -> [path] (an empty member stays, for the caller to refuse)."""
+    return str(path).split(",")
 
 
 def load_progress_model(path: str | Path, device: str | torch.device = "cpu",

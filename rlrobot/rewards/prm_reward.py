@@ -46,7 +46,9 @@ def check_prm_path(path: str, field: str = "reward.shaping") -> None:
     """Before any compute: the PRM checkpoint must exist (its observation space is checked when the env is built)."""
     if not path:
         raise ValueError(f"{field}: prm:PATH needs a path to a PRM run or checkpoint (rlrobot train --algo prm)")
-    for one in path.split(","):  # A,B,C: an ensemble of runs
+    from rlrobot.rewards.prm import split_prm_paths
+
+    for one in split_prm_paths(path):  # A,B,C: an ensemble of runs
         if not one or not Path(one).exists():
             raise ValueError(f"{field}: PRM checkpoint {one!r} does not exist (train one with rlrobot train --algo prm; "
                              "an ensemble is RUN,RUN,...)")
