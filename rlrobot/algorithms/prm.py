@@ -56,6 +56,17 @@ class PRMConfig(AlgorithmConfig):
     """share of the completion loss's frames drawn from done frames (0 = uniform over frames)"""
     match_weight: float = 0.5
     """weight of the match head's loss (--prm-net.match-gate)"""
+    rank_weight: float = 0.0
+    """weight of a pairwise ranking loss on the forward and reversed pairs (RankNet: logistic loss on the sign of the
+    pair's true progress change, of its delta logit / prm.rank_temperature); 0 = off. The delta's squared error
+    hardly weighs the order of two frames whose progress differs by a few hundredths; Spearman is that order"""
+    rank_temperature: float = 0.02
+    """the delta logit's scale in the ranking loss (a logit of this size is a confident order)"""
+    rank_margin: float = 0.005
+    """pairs whose true delta is at most this are left out of the ranking loss (ties, label noise)"""
+    rank_mismatched_ties: bool = False
+    """the mismatched pairs join the ranking loss as ties (RankNet's target 1/2: no order under another instruction),
+    so the loss that sharpens the order of the matched pairs sharpens the mismatched ones' zero too"""
     min_time_correlation: float = 0.5
     """VLAC's filter: an episode trains progress only if Spearman(labels, time) >= this"""
     filter_failures: bool = True
@@ -96,6 +107,9 @@ class PRMConfig(AlgorithmConfig):
         if self.lr <= 0 or self.weight_decay < 0 or self.max_grad_norm <= 0 or self.done_weight < 0 or self.match_weight < 0:
             raise ValueError("prm.lr and prm.max_grad_norm must be > 0, prm.weight_decay, prm.done_weight and "
                              "prm.match_weight >= 0")
+        if self.rank_weight < 0 or self.rank_temperature <= 0 or self.rank_margin < 0:
+            raise ValueError(f"prm.rank_weight and prm.rank_margin must be >= 0 and prm.rank_temperature > 0, got "
+                             f"{self.rank_weight}, {self.rank_margin}, {self.rank_temperature}")
         if self.done_mismatched_share != -1.0 and not 0.0 <= self.done_mismatched_share <= 1.0:
             raise ValueError(f"prm.done_mismatched_share must be in [0, 1] or -1, got {self.done_mismatched_share}")
         for name in ("hard_mismatch_share", "done_positive_share"):
@@ -144,14 +158,23 @@ class PRMLearner:
         return self.cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * frac)))
 
     def losses(self, batch) -> dict[str, torch.Tensor]:
-        from rlrobot.data.progress_labels import MISMATCHED
+        from rlrobot.data.progress_labels import FORWARD, MISMATCHED, REVERSED
 
-        delta, match = self.model.delta(batch.before, batch.after, batch.embedding)
+        logit, match = self.model.pair_outputs(batch.before, batch.after, batch.embedding)
+        delta = self.model.squash_delta(logit, match)
         done_logit = self.model.done_logits(batch.done_obs, batch.done_embedding)
         out = {"delta_mse": (delta - batch.delta).pow(2).mean(),
                "done_bce": nn.functional.binary_cross_entropy_with_logits(done_logit, batch.done)}
         if match is not None:  # the gate's own target: does the instruction belong to this pair's episode?
             out["match_bce"] = nn.functional.binary_cross_entropy_with_logits(match, (batch.kind != MISMATCHED).float())
+        if self.cfg.rank_weight > 0:  # the order of the pair's two frames (both heads' logits rise with the delta)
+            ordered = ((batch.kind == FORWARD) | (batch.kind == REVERSED)) & (batch.delta.abs() > self.cfg.rank_margin)
+            target = (batch.delta > 0).float()
+            if self.cfg.rank_mismatched_ties:
+                tie = batch.kind == MISMATCHED
+                ordered, target = ordered | tie, torch.where(tie, torch.full_like(target, 0.5), target)
+            out["rank_bce"] = (nn.functional.binary_cross_entropy_with_logits(
+                logit[ordered] / self.cfg.rank_temperature, target[ordered]) if bool(ordered.any()) else logit.sum() * 0.0)
         return out
 
     def update(self, n: int, generator: torch.Generator) -> dict[str, float]:
@@ -167,7 +190,8 @@ class PRMLearner:
                                  positives=self.positives,
                                  done_mismatched_share=None if cfg.done_mismatched_share < 0 else cfg.done_mismatched_share)
             losses = self.losses(batch)
-            loss = losses["delta_mse"] + cfg.done_weight * losses["done_bce"] + cfg.match_weight * losses.get("match_bce", 0.0)
+            loss = (losses["delta_mse"] + cfg.done_weight * losses["done_bce"] + cfg.match_weight * losses.get("match_bce", 0.0)
+                    + cfg.rank_weight * losses.get("rank_bce", 0.0))
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr()
             self.optimizer.zero_grad(set_to_none=True)

@@ -279,10 +279,14 @@ class VLACProgressModel(nn.Module):
         """([B] progress delta in [-1, 1], [B] match logit or None): tanh(logit), times sigmoid(match) when gated;
         the value head's 1 - exp(w_b - w_a) = (V_a - V_b) / (1 - V_b), at least -1."""
         logit, match = self.pair_outputs(obs_before, obs_after, instruction_embedding)
+        return self.squash_delta(logit, match), match
+
+    def squash_delta(self, logit: Tensor, match: Tensor | None) -> Tensor:
+        """``pair_outputs`` -> the delta in [-1, 1] (``delta``'s second half)."""
         if self.cfg.progress_head == "value":
-            return 1.0 - torch.exp((-logit).clamp(max=math.log(2.0))), None
+            return 1.0 - torch.exp((-logit).clamp(max=math.log(2.0)))
         delta = torch.tanh(logit)
-        return (delta if match is None else delta * torch.sigmoid(match)), match
+        return delta if match is None else delta * torch.sigmoid(match)
 
     def done_logits(self, obs: dict[str, Tensor], instruction_embedding: Tensor) -> Tensor:
         return self.completion(obs, instruction_embedding)

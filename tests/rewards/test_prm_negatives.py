@@ -141,3 +141,45 @@ def test_new_options_are_validated():
         cfg = train_config("prm", task="so101-suite", dataset="x", prm=PRMConfig(**{field: value}))
         with pytest.raises(ValueError, match=f"prm.{field}"):
             cfg.validate()
+
+
+def test_rank_loss_is_ranknet_on_ordered_pairs_only_and_training_lowers_it():
+    from rlrobot.data.progress_labels import FORWARD, REVERSED
+
+    torch.manual_seed(0)
+    data = four_instruction_data()
+    model = VLACProgressModel({"state": [4]}, dataclasses.replace(TINY, progress_head="value"))
+    model.fit_state_stats(data.obs["state"])
+    cfg = PRMConfig(num_updates=150, batch_size=64, lr=3e-3, max_skip=10, rank_weight=1.0, rank_temperature=0.05,
+                    rank_margin=0.01)
+    learner = PRMLearner(model, data, cfg, torch.device("cpu"))
+    batch = sample_pairs(data, 512, torch.Generator().manual_seed(0), mismatched_share=0.2)
+    with torch.no_grad():
+        first = learner.losses(batch)
+        logit, _ = model.pair_outputs(batch.before, batch.after, batch.embedding)
+    ordered = ((batch.kind == FORWARD) | (batch.kind == REVERSED)) & (batch.delta.abs() > 0.01)
+    assert 100 < int(ordered.sum()) < 512  # repeated, mismatched and tied pairs are left out
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logit[ordered] / 0.05, (batch.delta[ordered] > 0).float())
+    assert torch.allclose(first["rank_bce"], expected)
+    assert "rank_bce" not in PRMLearner(model, data, PRMConfig(), torch.device("cpu")).losses(batch)  # off by default
+    ties = PRMLearner(model, data, dataclasses.replace(cfg, rank_mismatched_ties=True), torch.device("cpu"))
+    with torch.no_grad():
+        tied = ties.losses(batch)["rank_bce"]
+    wrong = batch.kind == MISMATCHED  # mismatched pairs join as ties (target 1/2)
+    assert int(wrong.sum()) > 50
+    keep = ordered | wrong
+    target = torch.where(wrong, 0.5, (batch.delta > 0).float())
+    assert torch.allclose(tied, torch.nn.functional.binary_cross_entropy_with_logits(logit[keep] / 0.05, target[keep]))
+    learner.update(150, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        after = learner.losses(batch)
+    assert float(after["rank_bce"]) < 0.5 * float(first["rank_bce"])
+
+
+def test_rank_options_are_validated():
+    from rlrobot.config import train_config
+
+    for field, value in (("rank_weight", -0.5), ("rank_temperature", 0.0), ("rank_margin", -0.1)):
+        cfg = train_config("prm", task="so101-suite", dataset="x", prm=PRMConfig(**{field: value}))
+        with pytest.raises(ValueError, match=f"prm.{field}"):
+            cfg.validate()
