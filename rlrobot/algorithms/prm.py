@@ -107,9 +107,11 @@ class PRMConfig(AlgorithmConfig):
         if self.lr <= 0 or self.weight_decay < 0 or self.max_grad_norm <= 0 or self.done_weight < 0 or self.match_weight < 0:
             raise ValueError("prm.lr and prm.max_grad_norm must be > 0, prm.weight_decay, prm.done_weight and "
                              "prm.match_weight >= 0")
-        if self.rank_weight < 0 or self.rank_temperature <= 0 or self.rank_margin < 0:
-            raise ValueError(f"prm.rank_weight and prm.rank_margin must be >= 0 and prm.rank_temperature > 0, got "
-                             f"{self.rank_weight}, {self.rank_margin}, {self.rank_temperature}")
+        for name in ("rank_weight", "rank_margin"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"prm.{name} must be >= 0, got {getattr(self, name)}")
+        if self.rank_temperature <= 0:
+            raise ValueError(f"prm.rank_temperature must be > 0, got {self.rank_temperature}")
         if self.done_mismatched_share != -1.0 and not 0.0 <= self.done_mismatched_share <= 1.0:
             raise ValueError(f"prm.done_mismatched_share must be in [0, 1] or -1, got {self.done_mismatched_share}")
         for name in ("hard_mismatch_share", "done_positive_share"):
@@ -173,8 +175,8 @@ class PRMLearner:
             if self.cfg.rank_mismatched_ties:
                 tie = batch.kind == MISMATCHED
                 ordered, target = ordered | tie, torch.where(tie, torch.full_like(target, 0.5), target)
-            out["rank_bce"] = (nn.functional.binary_cross_entropy_with_logits(
-                logit[ordered] / self.cfg.rank_temperature, target[ordered]) if bool(ordered.any()) else logit.sum() * 0.0)
+            bce = nn.functional.binary_cross_entropy_with_logits(logit / self.cfg.rank_temperature, target, reduction="none")
+            out["rank_bce"] = (bce * ordered).sum() / ordered.sum().clamp_min(1)  # mean over the ranked pairs, no host sync
         return out
 
     def update(self, n: int, generator: torch.Generator) -> dict[str, float]:
