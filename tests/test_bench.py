@@ -20,6 +20,19 @@ def test_bench_reports_all_columns(tmp_path):
     assert json.loads((tmp_path / "b.json").read_text())["sac"]["num_envs"] == sac["num_envs"]
 
 
+def test_bench_trains_the_tasks_ppo_preset():
+    """(c) times what ``rlrobot train --algo ppo --task T`` trains: the preset's network, epochs and optimizer."""
+    from rlrobot.bench.mujoco_bench import ppo_bench_config
+    from rlrobot.configs import preset
+
+    cfg = ppo_bench_config("so101-reach", 32, control_mode="joint_pos")
+    want = preset("so101-reach", "ppo")
+    assert cfg.policy == want.policy and cfg.ppo == want.ppo and cfg.policy.actor_hidden == (64, 64)
+    assert (cfg.num_envs, cfg.control_mode, cfg.logger) == (32, "joint_pos", "none")
+    wide = ppo_bench_config("so101-reach", 32, (256, 128, 64))
+    assert wide.policy.actor_hidden == wide.policy.critic_hidden == (256, 128, 64)
+
+
 def test_maniskill_bench(tmp_path):
     import pytest
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 import torch
 from rich.table import Table
 
-from rlrobot.bench.mujoco_bench import BenchArgs, _rate, console, ppo_rate
+from rlrobot.bench.mujoco_bench import BenchArgs, _rate, console, ppo_bench_config, ppo_rate
 
 
 def run_adapter_bench(args: BenchArgs) -> dict:
     import rlrobot
-    from rlrobot.config import train_config
 
     task = args.task if args.task.startswith("maniskill:") else "maniskill:PushCube-v1"
     torch.set_num_threads(args.torch_threads)
@@ -35,8 +34,7 @@ def run_adapter_bench(args: BenchArgs) -> dict:
         actions = torch.rand(n, env.action_dim, generator=gen) * 2 - 1
         vec = _rate(lambda env=env, actions=actions: env.step(actions), n, args.seconds)
         env.close()
-        cfg = train_config("ppo", task=task, num_envs=n, total_steps=10**9, logger="none", torch_threads=args.torch_threads,
-                          out="/tmp/rlrobot-bench")
+        cfg = ppo_bench_config(task, n, args.ppo_hidden, torch_threads=args.torch_threads)
         cfg.ppo.rollout_steps = args.ppo_steps
         ppo = ppo_rate(cfg, args.ppo_iterations)
         rows.append({"num_envs": n, "sim_steps_per_s": raw, "vecenv_steps_per_s": vec, "ppo_steps_per_s": ppo,

@@ -15,12 +15,11 @@ from __future__ import annotations
 import torch
 from rich.table import Table
 
-from rlrobot.bench.mujoco_bench import BenchArgs, _rate, console, ppo_rate, vecenv_rate
+from rlrobot.bench.mujoco_bench import BenchArgs, _rate, console, ppo_bench_config, ppo_rate, vecenv_rate
 
 
 def run_mjwarp_bench(args: BenchArgs) -> dict:
     import rlrobot
-    from rlrobot.config import train_config
 
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_num_threads(args.torch_threads)
@@ -39,9 +38,8 @@ def run_mjwarp_bench(args: BenchArgs) -> dict:
         env.reset(seed=0)
         vec = vecenv_rate(env, n, args.seconds)
         env.close()
-        cfg = train_config("ppo", task=args.task, backend="mjwarp", device=device, num_envs=n, total_steps=10**9,
-                          logger="none", control_mode=args.control_mode, torch_threads=args.torch_threads,
-                          out="/tmp/rlrobot-bench-mjwarp")
+        cfg = ppo_bench_config(args.task, n, args.ppo_hidden, backend="mjwarp", device=device,
+                               control_mode=args.control_mode, torch_threads=args.torch_threads)
         cfg.ppo.rollout_steps = args.ppo_steps
         ppo = ppo_rate(cfg, args.ppo_iterations)
         rows.append({"num_envs": n, "native_raw_steps_per_s": native_raw, "warp_raw_steps_per_s": warp_raw,

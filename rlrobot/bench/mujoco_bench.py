@@ -2,7 +2,8 @@
 
 (a) raw: ``mj_step`` x frame_skip on every MjData through the same thread pool, nothing else;
 (b) VecEnv: ``env.step`` with random actions (action mapping, IK, gather, rewards, observations, autoreset);
-(c) PPO: a real training run (``OnPolicyRunner.learn()``, as ``rlrobot train``): its env steps over its training wall
+(c) PPO: a real training run (``OnPolicyRunner.learn()``, as ``rlrobot train``) of the task's PPO preset (its network,
+    epochs, minibatches and optimizer; ``configs/ppo_<task>.py``) at each num_envs: its env steps over its training wall
     time, every iteration counted (rollout with policy inference, update, normaliser), no warm-up discarded.
 (d) SAC at the task's SAC preset (its num_envs, UTD and batch): gradient updates/s and training env steps/s with a
     warm replay buffer, against collection alone (no updates) and (a) measured at the same num_envs.
@@ -38,6 +39,8 @@ class BenchArgs:
     """time budget for each of (a) and (b) at each size"""
     ppo_iterations: int = 5
     """iterations of the real PPO training run timed for (c)"""
+    ppo_hidden: tuple[int, ...] = ()
+    """hidden widths of the actor and the critic in (c) (() = the task's PPO preset's)"""
     num_threads: int = 0
     torch_threads: int = 1
     update_threads: int = 0
@@ -103,6 +106,19 @@ def vecenv_rate(env, num_envs: int, seconds: float) -> float:
     return _rate(step, num_envs, seconds)
 
 
+def ppo_bench_config(task: str, num_envs: int, hidden: tuple[int, ...] = (), **fields):
+    """The task's PPO preset (``rlrobot train --algo ppo --task TASK``) at ``num_envs`` envs, ``fields`` set on top."""
+    from rlrobot.configs import preset
+
+    cfg = preset(task, "ppo")
+    cfg.num_envs, cfg.total_steps, cfg.logger = num_envs, 10**9, "none"
+    for name, value in fields.items():
+        setattr(cfg, name, value)
+    if hidden:
+        cfg.policy.actor_hidden = cfg.policy.critic_hidden = tuple(hidden)
+    return cfg
+
+
 def ppo_rate(cfg, iterations: int) -> float:
     """Env steps/s of a real training run: ``OnPolicyRunner.learn()`` (what ``rlrobot train`` runs) for ``iterations``
     iterations from a fresh runner, its env steps over its training wall time (every iteration counted, the first
@@ -166,7 +182,6 @@ def run_bench(args: BenchArgs) -> dict:
                 json.dump(result, f, indent=2)
         return result
     import rlrobot
-    from rlrobot.config import train_config
 
     torch.set_num_threads(args.torch_threads)
     rows = []
@@ -178,9 +193,8 @@ def run_bench(args: BenchArgs) -> dict:
         env.reset(seed=0)
         vec = vecenv_rate(env, n, args.seconds)
         env.close()
-        cfg = train_config("ppo", task=args.task, num_envs=n, total_steps=10**9, logger="none", control_mode=args.control_mode,
-                          num_threads=args.num_threads, torch_threads=args.torch_threads, out="/tmp/rlrobot-bench",
-                          update_threads=args.update_threads)
+        cfg = ppo_bench_config(args.task, n, args.ppo_hidden, control_mode=args.control_mode, num_threads=args.num_threads,
+                               torch_threads=args.torch_threads, update_threads=args.update_threads)
         ppo = ppo_rate(cfg, args.ppo_iterations)
         rows.append({"num_envs": n, "raw_steps_per_s": raw, "rollout_steps_per_s": via_rollout,
                      "vecenv_steps_per_s": vec, "ppo_steps_per_s": ppo,
