@@ -56,6 +56,26 @@ LATCH_KINDS = ("estop", "watchdog_disable", "fault", "latch")
 """interventions that latch the supervisor: logged as warnings (the others, per-step clamps, at debug level)"""
 
 
+def braking_reach(distance: np.ndarray, max_change: float) -> np.ndarray:
+    """Largest step towards a boundary ``distance`` away after which the arm can still brake to rest before it
+    at the acceleration limit (conservative: the braking distance of a step s is at most s^2 / (2 a dt^2))."""
+    return max_change * (np.sqrt(1.0 + 2.0 * np.maximum(distance, 0.0) / max_change) - 1.0)
+
+
+def step_window(last: np.ndarray, prev: np.ndarray, max_step: float, max_change: float, joint_low: np.ndarray,
+                joint_high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[lo, hi] of the next command's step from the last command ``last`` (the one before it: ``prev``): velocity
+    (``max_step`` per control step) and acceleration (``max_change`` per step squared) limits, and room to brake before
+    the joint limits; the kinematic limits always win (from an inconsistent state an overshoot is then unavoidable).
+    One arm ``[J]`` or a batch ``[N, J]``: the supervisor's window, and the simulated tasks' ``servo_limits``."""
+    velocity = last - prev
+    acc_lo = np.maximum(-max_step, velocity - max_change)
+    acc_hi = np.minimum(max_step, velocity + max_change)
+    lo = np.minimum(np.maximum(acc_lo, -braking_reach(last - joint_low, max_change)), acc_hi)
+    hi = np.maximum(np.minimum(acc_hi, braking_reach(joint_high - last, max_change)), acc_lo)
+    return lo, np.maximum(hi, lo)
+
+
 @dataclass
 class SafetyConfig:
     max_joint_velocity: float = STS3215_MAX_VELOCITY
@@ -145,21 +165,8 @@ class SafetySupervisor:
         if self._last is None:
             raise RuntimeError("call reset(qpos) with the measured position before filtering commands")
 
-    def _braking_reach(self, distance: np.ndarray) -> np.ndarray:
-        """Largest step towards a boundary ``distance`` away after which the arm can still brake to rest before it
-        at the acceleration limit (conservative: the braking distance of a step s is at most s^2 / (2 a dt^2))."""
-        d = self.max_change
-        return d * (np.sqrt(1.0 + 2.0 * np.maximum(distance, 0.0) / d) - 1.0)
-
     def _window(self) -> tuple[np.ndarray, np.ndarray]:
-        """[lo, hi] of the next step: velocity and acceleration limits, and room to brake before the joint limits;
-        the kinematic limits always win (from an inconsistent state an overshoot is then unavoidable)."""
-        prev = self._last - self._prev
-        acc_lo = np.maximum(-self.max_step, prev - self.max_change)
-        acc_hi = np.minimum(self.max_step, prev + self.max_change)
-        lo = np.minimum(np.maximum(acc_lo, -self._braking_reach(self._last - self.joint_low)), acc_hi)
-        hi = np.maximum(np.minimum(acc_hi, self._braking_reach(self.joint_high - self._last)), acc_lo)
-        return lo, np.maximum(hi, lo)
+        return step_window(self._last, self._prev, self.max_step, self.max_change, self.joint_low, self.joint_high)
 
     def _brake(self) -> np.ndarray:
         lo, hi = self._window()

@@ -53,6 +53,9 @@ class TrainConfig:
     """native tasks: joint_pos | joint_delta | ee_delta"""
     max_episode_steps: int | None = None
     """episode length in control steps (None: the task's own)"""
+    servo_limits: bool = False
+    """SO-101 tasks: hold the simulated joint targets to the STS3215 servos' velocity and acceleration limits, the
+    deploy supervisor's defaults (with the same window), so the supervisor does not clamp the trained policy on the arm"""
     instruction: str | None = None
     """language-suite tasks (so101-suite, so101-pick-place, ...): train and evaluate on this one instruction, e.g.
     "put the red cube in the bin" (`rlrobot list-tasks --instructions TASK` lists them); None: all of the task's"""
@@ -131,6 +134,8 @@ class TrainConfig:
         }
         if self.instruction is not None:  # only the suite tasks take it (validate)
             opts["instruction"] = self.instruction
+        if self.servo_limits:  # only the SO-101 tasks take it (validate)
+            opts["servo_limits"] = True
         return opts
 
     def reward_wrappers(self) -> list:
@@ -153,6 +158,8 @@ class TrainConfig:
         if ":" not in self.task:
             validate_task_modes(self.task, obs_mode=self.obs_mode, reward_mode=self.reward_mode,
                                 control_mode=self.control_mode)
+        if self.servo_limits and not _is_so101_task(self.task):
+            raise ValueError(f"servo_limits applies to the SO-101 tasks (so101-*), not task={self.task!r}")
         if self.instruction is not None:
             from rlrobot.tasks.so101_suite import check_task_instruction
 
@@ -230,6 +237,19 @@ def config_class(algo: str) -> type[TrainConfig]:
     cls.__doc__ = f"Train with {spec.name}: {spec.summary}."
     setattr(sys.modules[__name__], name, cls)  # importable by name (pickle, copy)
     return cls
+
+
+def _is_so101_task(task: str) -> bool:
+    """A native task built on the SO-101 arm scene (what takes the SO-101 options such as ``servo_limits``)."""
+    if ":" in task:
+        return False
+    import inspect
+
+    from rlrobot.envs.registry import task_spec
+    from rlrobot.tasks.so101 import SO101Env
+
+    entry = task_spec(task).entry_point
+    return inspect.isclass(entry) and issubclass(entry, SO101Env)
 
 
 def train_config(algo: str = "ppo", **fields: Any) -> TrainConfig:

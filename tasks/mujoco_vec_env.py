@@ -249,6 +249,10 @@ class MujocoVecEnv:
         mujoco.mj_step(m, d, self.frame_skip)
         self._kinematics(i)
 
+    def _limit_ctrl(self, ctrl: np.ndarray) -> np.ndarray:
+        """The actuator targets that reach the simulation for the wanted ``ctrl`` (a task may limit their rate)."""
+        return ctrl
+
     def _check_divergence(self) -> None:
         """MuJoCo resets an MjData whose simulation diverged; end that episode rather than hide it."""
         for i, warning in enumerate(self._badqacc):
@@ -305,7 +309,7 @@ class MujocoVecEnv:
             raise RuntimeError("call reset() before step()")
         action = check_action(action, self.num_envs, self.action_dim, self.device)
         act = action.detach().to("cpu", torch.float64).numpy().clip(-1.0, 1.0)
-        self.ctrl[:] = self._actions_to_ctrl(act)
+        self.ctrl[:] = self._limit_ctrl(self._actions_to_ctrl(act))
         self._physics_step()
         self._gather_all()
         self._check_divergence()

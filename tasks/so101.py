@@ -86,13 +86,16 @@ class SO101Env(MujocoVecEnv):
 
     def __init__(self, num_envs: int, *, control_mode: str = "ee_delta", max_episode_steps: int | None = None,
                  contact_solref: float | None = None, jaw_solref: float | None = None,
-                 jaw_tip_floor: float | None = JAW_TIP_FLOOR, **kw):
+                 jaw_tip_floor: float | None = JAW_TIP_FLOOR, servo_limits: bool = False, **kw):
         """``contact_solref`` / ``jaw_solref`` / ``jaw_tip_floor``: contact studies (``rlrobot results``); the
         defaults are the task as published. ``contact_solref``: the time constant of every collision geom (None: the
         MJCF's 0.03; the scene had 0.005 before the contact fix). ``jaw_solref``: the jaws' own time constant, mixed in
         with a dominant ``solmix`` so that it sets the jaw/cube (and jaw/table) contacts while cube/table keeps
         ``contact_solref``. ``jaw_tip_floor``: the Cartesian floor of ``ee_delta`` moves in metres above the table
-        (None: no floor, as before 2026-12-03)."""
+        (None: no floor, as before 2026-12-03). ``servo_limits``: hold the joint targets to the velocity and
+        acceleration limits of the SO-101's STS3215 servos, through the deploy safety supervisor's own window (its
+        defaults), so a policy trained with it is not clamped by the supervisor on the arm (without it the IK may move a
+        joint 0.2 rad per step, over twice the servo's speed)."""
         if control_mode not in CONTROL_MODES:
             raise ValueError(f"control_mode={control_mode!r} is not one of {CONTROL_MODES}")
         for name, value in (("contact_solref", contact_solref), ("jaw_solref", jaw_solref)):
@@ -101,6 +104,8 @@ class SO101Env(MujocoVecEnv):
         if jaw_tip_floor is not None and not jaw_tip_floor >= 0:
             raise ValueError(f"jaw_tip_floor must be >= 0 metres or None (no floor), got {jaw_tip_floor}")
         self.contact_solref, self.jaw_solref, self.jaw_tip_floor = contact_solref, jaw_solref, jaw_tip_floor
+        self.servo_limits = servo_limits
+        self._prev_ctrl = np.zeros((num_envs, 6))  # the targets before the current ones (the acceleration limit's)
         self.control_mode = control_mode
         self.action_dim = 5 if control_mode == "ee_delta" else 6
         self.target = np.zeros((num_envs, 3))
@@ -181,6 +186,18 @@ class SO101Env(MujocoVecEnv):
             return q.clip(JOINT_LOW, JOINT_HIGH)
         return self._ik_targets(action[:, :3] * MAX_EE_DELTA, action[:, 3] * MAX_ROLL_DELTA, _gripper_from_action(action[:, 4]))
 
+    def _limit_ctrl(self, ctrl: np.ndarray) -> np.ndarray:
+        if not self.servo_limits:
+            return ctrl
+        from rlrobot.real_robot.safety import STS3215_MAX_ACCELERATION, STS3215_MAX_VELOCITY, step_window
+
+        dt = self.control_dt
+        lo, hi = step_window(self.ctrl, self._prev_ctrl, STS3215_MAX_VELOCITY * dt, STS3215_MAX_ACCELERATION * dt**2,
+                             JOINT_LOW, JOINT_HIGH)
+        limited = self.ctrl + (ctrl.clip(JOINT_LOW, JOINT_HIGH) - self.ctrl).clip(lo, hi)
+        self._prev_ctrl[:] = self.ctrl
+        return limited
+
     def cartesian_action(self, dpos: np.ndarray, droll: np.ndarray, gripper_action: np.ndarray) -> np.ndarray:
         """Express a Cartesian command (metres, radians, gripper in [-1, 1]) in this env's control mode."""
         ee = np.concatenate(
@@ -234,6 +251,7 @@ class SO101Env(MujocoVecEnv):
             d.qpos[:6] = q
             d.ctrl[:] = q
             self.ctrl[i] = q
+            self._prev_ctrl[i] = q  # at rest
 
     def _place_cube(self, ids: np.ndarray, radius: tuple[float, float], angle: tuple[float, float]) -> None:
         n = len(ids)
@@ -262,13 +280,14 @@ class SO101Env(MujocoVecEnv):
 
     def _task_state(self) -> dict[str, np.ndarray]:
         return {"target": self.target, "cube_start": self.cube_start, "expert_phase": self._expert_phase,
-                "expert_timer": self._expert_timer}
+                "expert_timer": self._expert_timer, "prev_ctrl": self._prev_ctrl}
 
     def _set_task_state(self, state: dict[str, np.ndarray]) -> None:
         self.target[:] = state["target"]
         self.cube_start[:] = state["cube_start"]
         self._expert_phase[:] = state["expert_phase"]
         self._expert_timer[:] = state["expert_timer"]
+        self._prev_ctrl[:] = state.get("prev_ctrl", self.ctrl)  # states saved before servo_limits: at rest
 
     def _cube_lost(self) -> np.ndarray:
         """The cube left the table (knocked off, or flung by a contact blow-up): the episode cannot go on."""

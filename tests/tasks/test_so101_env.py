@@ -167,3 +167,55 @@ def test_lift_staged_reward_stages_and_success_maximum():
 def test_staged_reward_is_refused_for_tasks_without_it():
     with pytest.raises(ValueError, match="reward_mode='staged' is not one of"):
         rlrobot.make("so101-reach", 1, reward_mode="staged")
+
+
+@pytest.mark.parametrize("control_mode", ["ee_delta", "joint_pos"])
+def test_servo_limits_apply_the_deploy_supervisors_window(control_mode):
+    """With servo_limits each env's joint targets are what the deploy safety supervisor (its defaults: the STS3215
+    servos) would pass for the wanted targets, step by step, so a policy trained so is not clamped on the arm; without
+    it the wanted targets go through unchanged, beyond the servo's speed."""
+    from rlrobot.real_robot.safety import SafetyConfig, SafetySupervisor
+
+    limited = rlrobot.make("so101-reach", 2, seed=3, control_mode=control_mode, servo_limits=True, num_threads=1)
+    free = rlrobot.make("so101-reach", 2, seed=3, control_mode=control_mode, num_threads=1)
+    limited.reset(seed=3)
+    free.reset(seed=3)
+    supervisors = [SafetySupervisor(SafetyConfig(), JOINT_LOW, JOINT_HIGH, limited.control_dt) for _ in range(2)]
+    for i, s in enumerate(supervisors):
+        s.reset(limited.ctrl[i])
+    gen = torch.Generator().manual_seed(0)
+    max_step = SafetyConfig().max_joint_velocity * limited.control_dt
+    clamped_free = 0
+    for _ in range(30):
+        action = (torch.rand(2, limited.action_dim, generator=gen) * 2 - 1).sign()  # full-scale: beyond the servo
+        wanted = limited._actions_to_ctrl(action.double().numpy())
+        expected = np.stack([s.filter(w) for s, w in zip(supervisors, wanted, strict=True)])
+        _, _, terminated, truncated, _ = limited.step(action)
+        assert not (terminated | truncated).any()
+        np.testing.assert_allclose(limited.ctrl, expected, rtol=0, atol=1e-12)
+        before = free.ctrl.copy()
+        free.step(action)
+        clamped_free += int((np.abs(free.ctrl - before) > max_step + 1e-9).any())
+    assert sum(s.interventions["velocity"] + s.interventions["acceleration"] for s in supervisors) > 0
+    assert clamped_free > 0  # the same actions without the limits move faster than the servo
+
+
+def test_servo_limits_resume_exactly():
+    env = rlrobot.make("so101-reach", 2, seed=1, servo_limits=True, num_threads=1)
+    env.reset(seed=1)
+    action = torch.ones(2, env.action_dim)
+    for _ in range(3):
+        env.step(action)
+    state = env.get_state()
+    after = [env.step(-action)[0]["state"] for _ in range(3)]
+    env.set_state(state)
+    again = [env.step(-action)[0]["state"] for _ in range(3)]
+    for a, b in zip(after, again, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_servo_limits_are_refused_outside_the_so101_tasks():
+    from rlrobot.config import train_config
+
+    with pytest.raises(ValueError, match="servo_limits applies to the SO-101 tasks"):
+        train_config("ppo", task="mujoco-HalfCheetah-v5", control_mode="joint_torque", servo_limits=True).validate()
