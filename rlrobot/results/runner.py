@@ -15,6 +15,7 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -117,6 +118,8 @@ def run_step(argv: list[str], step: Step, out: Path, seed_dir: Path, force: bool
         if record.get("argv") == argv and record.get("returncode") == 0:
             record["reused"] = True
             return record
+    if force and out.exists():  # --force: this step's earlier output goes, so the step runs from scratch
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
     if out.exists() and not step.output_is_file and any(out.iterdir()):
         raise FileExistsError(f"{out} holds an unfinished or different run of step {step.name!r}: remove it to re-run")
     seed_dir.mkdir(parents=True, exist_ok=True)

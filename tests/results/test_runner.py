@@ -3,6 +3,7 @@ per-seed figures, mean +- std, provenance, reuse of finished steps, and reproduc
 thread counts gives identical metrics and weights."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -52,6 +53,18 @@ def test_finished_steps_are_reused_not_rerun(seed0):
     again = run_entry(ENTRY, [0], root=root / "runs", results_dir=root / "again", log=lambda m: None)
     assert again["per_seed"][0]["figures"] == result["per_seed"][0]["figures"]
     assert again["per_seed"][0]["steps"][0]["started"] == result["per_seed"][0]["steps"][0]["started"]
+
+
+def test_force_reruns_a_finished_step_in_place(seed0, tmp_path):
+    """--force replaces the step's earlier output (the run directory a train step refuses to overwrite) and runs it
+    again; the same seed on the same threads gives the same figures."""
+    root, result = seed0
+    shutil.copytree(root / "runs", tmp_path / "runs")  # the module's runs stay as they are for the other tests
+    forced = run_entry(ENTRY, [0], root=tmp_path / "runs", results_dir=tmp_path / "forced", force=True,
+                       log=lambda m: None)
+    step = forced["per_seed"][0]["steps"][0]
+    assert step["returncode"] == 0 and not step.get("reused")
+    assert forced["per_seed"][0]["figures"] == result["per_seed"][0]["figures"]
 
 
 def test_same_seed_same_threads_is_bit_identical(seed0, tmp_path):
