@@ -23,9 +23,9 @@ A pairwise ranking loss on top of the squared error (``--prm.rank-weight 0.5``: 
 of each forward / reversed pair's two frames, the mismatched pairs as ties, ``--prm.rank-mismatched-ties``), since
 2026-12-07: on data A, three seeds, Spearman 0.928-0.931 against 0.891-0.897 (data/val 0.899-0.907 against
 0.872-0.885), all of it on the failed episodes, mismatch ratio 0.03-0.09. Without the ties the ranking loss made
-the model more sensitive to small state changes under any instruction (mismatch ratio 0.16-0.22). The price is
-transfer to a family held out of training (long-horizon: 0.135 against 0.677 before, one seed): for that test pass
-``--prm.rank-weight 0``."""
+the model more sensitive to small state changes under any instruction (mismatch ratio 0.16-0.22). Transfer to a
+family held out of training (long-horizon) depends on the seed with or without it: 0.135 / 0.664 / 0.613 (seeds
+0-2) against 0.635 / 0.205 with ``--prm.rank-weight 0`` (seeds 0-1), data A."""
 
 from rlrobot.algorithms.prm import PRMConfig
 from rlrobot.config import train_config
