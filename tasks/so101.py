@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from rlrobot.envs.registry import TaskSpec, register_task
+from rlrobot.real_robot.safety import STS3215_MAX_ACCELERATION, STS3215_MAX_VELOCITY, step_window
 
 from .mujoco_vec_env import OBS_MODES, REWARD_MODES, MujocoVecEnv
 
@@ -189,9 +190,7 @@ class SO101Env(MujocoVecEnv):
     def _limit_ctrl(self, ctrl: np.ndarray) -> np.ndarray:
         if not self.servo_limits:
             return ctrl
-        from rlrobot.real_robot.safety import STS3215_MAX_ACCELERATION, STS3215_MAX_VELOCITY, step_window
-
-        dt = self.control_dt
+        dt = self.control_dt  # the supervisor's defaults: the STS3215 servos' limits
         lo, hi = step_window(self.ctrl, self._prev_ctrl, STS3215_MAX_VELOCITY * dt, STS3215_MAX_ACCELERATION * dt**2,
                              JOINT_LOW, JOINT_HIGH)
         limited = self.ctrl + (ctrl.clip(JOINT_LOW, JOINT_HIGH) - self.ctrl).clip(lo, hi)

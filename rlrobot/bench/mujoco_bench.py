@@ -15,6 +15,7 @@ All in env steps per second (one env step = one control step = frame_skip physic
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -110,10 +111,7 @@ def ppo_bench_config(task: str, num_envs: int, hidden: tuple[int, ...] = (), **f
     """The task's PPO preset (``rlrobot train --algo ppo --task TASK``) at ``num_envs`` envs, ``fields`` set on top."""
     from rlrobot.configs import preset
 
-    cfg = preset(task, "ppo")
-    cfg.num_envs, cfg.total_steps, cfg.logger = num_envs, 10**9, "none"
-    for name, value in fields.items():
-        setattr(cfg, name, value)
+    cfg = dataclasses.replace(preset(task, "ppo"), num_envs=num_envs, total_steps=10**9, logger="none", **fields)
     if hidden:
         cfg.policy.actor_hidden = cfg.policy.critic_hidden = tuple(hidden)
     return cfg
