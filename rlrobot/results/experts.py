@@ -32,8 +32,11 @@ class ExpertsArgs:
 
 def expert_rates(task: str, episodes: int, seed: int = 0, noise: float = 0.0, num_envs: int = 32,
                  control_mode: str = "ee_delta") -> dict[str, float]:
-    """{'success', 'lost', 'episodes'} over the first ``episodes`` finished episodes."""
+    """{'success', 'lost', 'episodes'} over a fixed set of ``episodes`` episodes (each env its quota of whole episodes:
+    ``rlrobot.runners.evaluation.EpisodeSlots``; a lost cube ends an episode early, so the first episodes to finish
+    would over-count it)."""
     import rlrobot
+    from rlrobot.runners.evaluation import EpisodeSlots
 
     if episodes < 1 or num_envs < 1:
         raise ValueError(f"episodes and num_envs must be >= 1, got {episodes} and {num_envs}")
@@ -41,23 +44,25 @@ def expert_rates(task: str, episodes: int, seed: int = 0, noise: float = 0.0, nu
         raise ValueError(f"noise must be >= 0, got {noise}")
     env = rlrobot.make(task, num_envs, seed=seed, control_mode=control_mode)
     gen = torch.Generator().manual_seed(seed)
-    success: list[bool] = []
-    lost: list[bool] = []
+    slots = EpisodeSlots(episodes, num_envs)
+    success = np.zeros(episodes, dtype=bool)
+    lost = np.zeros(episodes, dtype=bool)
     try:
         env.reset(seed=seed)
-        while len(success) < episodes:
+        while not slots.complete:
             action = env.expert_action()
             if noise > 0:
                 action = (action + noise * torch.randn(action.shape, generator=gen)).clamp(-1.0, 1.0)
             _, _, terminated, _, info = env.step(action)
             if "episode" in info:
-                ids = info["episode"]["env_ids"]
-                success += info["episode"]["success"].tolist()
-                lost += terminated[ids].tolist()
+                ids = info["episode"]["env_ids"].cpu().long()
+                slot = slots.assign(ids)
+                counted = slot >= 0
+                success[slot[counted].numpy()] = info["episode"]["success"].cpu().bool()[counted].numpy()
+                lost[slot[counted].numpy()] = terminated.cpu()[ids][counted].numpy()
     finally:
         env.close()
-    return {"success": float(np.mean(success[:episodes])), "lost": float(np.mean(lost[:episodes])),
-            "episodes": float(episodes)}
+    return {"success": float(np.mean(success)), "lost": float(np.mean(lost)), "episodes": float(episodes)}
 
 
 def run_experts(args: ExpertsArgs) -> dict[str, Any]:
