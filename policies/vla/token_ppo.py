@@ -1,8 +1,9 @@
 """Token-level PPO for an autoregressive VLA (VLA-RL, Lu et al. 2025) over pi0-FAST's action tokens.
 
 One PPO sample is one action chunk: the policy decodes a token sequence per env (batched over envs), the FAST tokenizer
-turns it into a chunk, the env executes the whole chunk (reward = the sum of its step rewards; a chunk in which the
-episode ended is terminal). Advantages are GAE over chunks with the value head on the VLM. The loss is PPO's clipped
+turns it into a chunk, the env executes the whole chunk (reward = the sum of its step rewards up to the first episode
+end inside the chunk; a chunk in which the episode ended is ``done``, and one that ended by a time-out adds
+gamma * V(final_obs), as the flow-policy runner does). Advantages are GAE over chunks with the value head on the VLM. The loss is PPO's clipped
 surrogate *per token*: every token's ratio exp(log pi(a_t | prefix) - log pi_old(a_t | prefix)) is clipped and weighted
 by its chunk's advantage, averaged over the real tokens (up to and including <eos>); old log-probs come from the
 decoding pass, so at unchanged weights the first minibatch's ratios are 1.
@@ -67,6 +68,11 @@ def collect(env, policy: TokenVLAPolicy, obs: dict[str, torch.Tensor], cfg: Toke
             if on_info is not None:  # the runner's episode tracking (returns, success)
                 on_info(info)
             reward += torch.where(done, torch.zeros_like(r), r.float())  # steps of a new episode are not credited
+            timeout = truncated.bool() & ~done
+            if timeout.any():  # a time-out is not a terminal: bootstrap it with the value of the true final observation
+                with torch.no_grad():
+                    final_value = policy.value({k: info["final_obs"][k] for k in keys})
+                reward += cfg.gamma * final_value * timeout
             done |= terminated.bool() | truncated.bool()
         steps.append({"obs": current, "tokens": tokens, "logp": logp, "mask": mask, "value": value, "reward": reward,
                       "done": done})
