@@ -5,7 +5,12 @@
   REDQ, as WSRL uses), optional LayerNorm. Target y = r_n + gamma^n (1 - terminated) [min_{i in M} Q'_i(s', a')
   - alpha log pi(a'|s')], with the n-step return r_n and a' ~ pi(s') from the replay buffer.
 - Temperature: alpha = exp(log_alpha) tuned so that the policy entropy tracks the target (default -|A|).
-- Polyak target update with rate tau. The runner decides how many updates run per collected transition (UTD).
+- Polyak target update with rate tau, after every critic step.
+- UTD as RLPD, REDQ and WSRL mean it: ``utd`` critic gradient steps per collected transition, each on its own
+  minibatch of ``batch_size``, and ONE actor and temperature step per collected transition (one per critic step when
+  utd < 1). The steps of one transition form a round (``update_round``); the actor step reads the round's last
+  minibatch (RLPD's ``utd_ratio`` loop) or all of the round's minibatches (``actor_batch="round"``: WSRL's
+  ``update_high_utd``, which splits one batch of 1,024 into 4 critic minibatches and steps the actor on the whole).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from rlrobot.data.replay_buffer import ReplayBuffer
 from rlrobot.policies.sac_policy import SACPolicy
 
 ACTOR_Q_REDUCTIONS = ("min", "mean")
+ACTOR_BATCHES = ("last", "round")
 
 
 @dataclass
@@ -30,9 +36,14 @@ class SACConfig(AlgorithmConfig):
     tau: float = 0.005
     """Polyak rate of the target critics"""
     batch_size: int = 512
-    """transitions per gradient update"""
+    """transitions per critic gradient step"""
     utd: float = 0.5
-    """update-to-data ratio: gradient updates per collected transition (summed over envs); fractions carry over"""
+    """update-to-data ratio as the papers mean it (RLPD, REDQ, WSRL): critic gradient steps per collected transition
+    (summed over envs; fractions carry over), with one actor and temperature step per collected transition (one per
+    critic step when utd < 1)"""
+    actor_batch: Literal["last", "round"] = "last"
+    """what the actor and temperature step of a round reads: the round's last critic minibatch (RLPD) or all of the
+    round's minibatches together (WSRL)"""
     learning_starts: int = 4_000
     """transitions collected with uniform random actions before the first update"""
     buffer_size: int = 1_000_000
@@ -60,7 +71,7 @@ class SACConfig(AlgorithmConfig):
     actor_q: Literal["min", "mean"] = "min"
     """how the actor reduces the critic ensemble: min (SAC) or mean (REDQ)"""
     actor_update_every: int = 1
-    """critic updates per actor (and temperature) update"""
+    """update rounds (one per collected transition at utd >= 1) per actor and temperature step: TD3's policy delay"""
     max_grad_norm: float = 0.0
     """gradient-norm clip for actor and critics (0 = off)"""
 
@@ -72,6 +83,8 @@ class SACConfig(AlgorithmConfig):
         num_envs = run.num_envs
         if self.actor_q not in ACTOR_Q_REDUCTIONS:
             raise ValueError(f"sac.actor_q={self.actor_q!r} is not one of {ACTOR_Q_REDUCTIONS}")
+        if self.actor_batch not in ACTOR_BATCHES:
+            raise ValueError(f"sac.actor_batch={self.actor_batch!r} is not one of {ACTOR_BATCHES}")
         if not self.utd > 0:
             raise ValueError(f"sac.utd must be > 0 (gradient updates per collected transition), got {self.utd}")
         for name in ("batch_size", "n_step", "rollout_steps", "num_target_critics", "actor_update_every"):
@@ -115,7 +128,8 @@ class SAC:
         self.log_alpha = torch.tensor(float(torch.log(torch.tensor(cfg.init_alpha))), device=device, requires_grad=True)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
         self.target_entropy = -float(policy.action_dim) if cfg.target_entropy is None else cfg.target_entropy
-        self.num_updates = 0
+        self.num_updates = 0  # critic gradient steps
+        self.rounds = 0  # update rounds (one per collected transition at utd >= 1)
 
     @property
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
@@ -124,7 +138,7 @@ class SAC:
     def state_dict(self) -> dict[str, Any]:
         """Optimizers, temperature and counters (the replay buffer is ``replay_state_dict``, saved only on request)."""
         return {"optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
-                "log_alpha": self.log_alpha.detach().clone(), "num_updates": self.num_updates,
+                "log_alpha": self.log_alpha.detach().clone(), "num_updates": self.num_updates, "rounds": self.rounds,
                 "update_debt": self.update_debt}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -133,6 +147,7 @@ class SAC:
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.num_updates, self.update_debt = state["num_updates"], state["update_debt"]
+        self.rounds = state.get("rounds", self.num_updates)  # runs saved before rounds: one critic step per round
 
     def replay_state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return self.replay.state_dict()
@@ -140,12 +155,14 @@ class SAC:
     def load_replay_state_dict(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         self.replay.load_state_dict(tensors, meta)
 
-    def updates_due(self, transitions: int) -> int:
-        """Gradient updates owed for ``transitions`` new transitions at the configured UTD (fractions carry over)."""
+    def rounds_due(self, transitions: int) -> list[int]:
+        """Critic steps of each update round owed for ``transitions`` new transitions: ``utd`` x transitions critic
+        steps (fractions carry over) in min(critic steps, transitions) rounds, each ending with one actor step."""
         self.update_debt += self.cfg.utd * transitions
-        due = int(self.update_debt)
-        self.update_debt -= due
-        return due
+        critic_steps = int(self.update_debt)
+        self.update_debt -= critic_steps
+        rounds = min(critic_steps, transitions)
+        return [(i + 1) * critic_steps // rounds - i * critic_steps // rounds for i in range(rounds)]
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -159,60 +176,81 @@ class SAC:
             q = q[subset]
         return q.min(0).values
 
-    def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
-        cfg, policy = self.cfg, self.policy
-        x = policy.features(batch["obs"])
-        next_x = policy.features(batch["next_obs"])
+    def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, Any]:
+        """One round of one critic step: what an update is at utd <= 1."""
+        return self.update_round([batch], generator)
 
-        # ---- critics: soft TD target from the target ensemble
+    def update_round(self, batches: list[dict[str, Any]], generator: torch.Generator | None = None) -> dict[str, Any]:
+        """A critic step on each minibatch, then the actor and temperature step (every ``actor_update_every`` rounds)
+        on the last minibatch or on all of them (``actor_batch``); returns the critics' mean figures and the actor's."""
+        features, sums = [], {}
+        for batch in batches:
+            x, stats = self.critic_step(batch, generator)
+            features.append(x)
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + v
+        stats = {k: v / len(batches) for k, v in sums.items()}
+        if self.rounds % self.cfg.actor_update_every == 0:
+            x = torch.cat(features) if self.cfg.actor_batch == "round" and len(features) > 1 else features[-1]
+            stats = self.actor_step(x, stats)
+        self.rounds += 1
+        stats["alpha"] = self.alpha
+        return stats
+
+    def critic_loss(self, x: torch.Tensor, batch: dict[str, Any], generator: torch.Generator | None
+                    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """SAC's soft TD loss from the target ensemble, summed over critics, and its figures."""
+        policy = self.policy
+        next_x = policy.features(batch["next_obs"])
         with torch.no_grad():
             next_action, next_log_prob = policy.actor.sample(next_x)
             next_q = self._target_q(policy.critic_target(next_x, next_action), generator)
             target = batch["rewards"] + batch["discount"] * (next_q - self.alpha * next_log_prob)
         q = policy.critic(x, batch["actions"])  # [N, B]
-        critic_loss = (q - target).square().mean(1).sum()
+        loss = (q - target).square().mean(1).sum()
+        return loss, {"critic_loss": loss.detach(), "q_mean": q.detach().mean()}
+
+    def critic_step(self, batch: dict[str, Any], generator: torch.Generator | None = None
+                    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """One gradient step of the critics and the Polyak update of their targets: (the batch's features, figures)."""
+        cfg, policy = self.cfg, self.policy
+        x = policy.features(batch["obs"])
+        loss, stats = self.critic_loss(x, batch, generator)
         self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
+        loss.backward()
         self._reduce_gradients(policy.critic.parameters())
         if cfg.max_grad_norm > 0:
             nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
         self.critic_optimizer.step()
-        stats = {"critic_loss": critic_loss.detach(), "q_mean": q.detach().mean()}
-        return self.actor_temperature_and_targets(x, stats)
-
-    def actor_temperature_and_targets(self, x: torch.Tensor, stats: dict[str, Any]) -> dict[str, Any]:
-        """The rest of an update once the critics stepped (shared by every SAC variant, e.g. cal-ql-online): the actor
-        and temperature steps (every ``actor_update_every`` critic updates) on features ``x``, the Polyak update of
-        the target critics, the update counter; returns ``stats`` with the actor's figures and alpha added."""
-        cfg, policy = self.cfg, self.policy
-        if self.num_updates % cfg.actor_update_every == 0:
-            policy.critic.requires_grad_(False)  # the actor loss must not leave gradients in the critics
-            action, log_prob = policy.actor.sample(x.detach())
-            q_pi = policy.critic(x.detach(), action)
-            q_pi = q_pi.min(0).values if cfg.actor_q == "min" else q_pi.mean(0)
-            actor_loss = (self.alpha * log_prob - q_pi).mean()
-            self.actor_optimizer.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            self._reduce_gradients(policy.actor.parameters())
-            if cfg.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(policy.actor.parameters(), cfg.max_grad_norm)
-            self.actor_optimizer.step()
-            policy.critic.requires_grad_(True)
-            stats["actor_loss"] = actor_loss.detach()
-            stats["entropy"] = -log_prob.detach().mean()
-            if cfg.autotune_alpha:
-                alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-                self.alpha_optimizer.zero_grad(set_to_none=True)
-                alpha_loss.backward()
-                self._reduce_gradients([self.log_alpha])
-                self.alpha_optimizer.step()
-                stats["alpha_loss"] = alpha_loss.detach()
-
-        # ---- Polyak averaging of the target critics
         with torch.no_grad():
             torch._foreach_lerp_(list(policy.critic_target.parameters()), list(policy.critic.parameters()), cfg.tau)
         self.num_updates += 1
-        stats["alpha"] = self.alpha
+        return x, stats
+
+    def actor_step(self, x: torch.Tensor, stats: dict[str, Any]) -> dict[str, Any]:
+        """The actor and temperature steps on features ``x``; returns ``stats`` with their figures added."""
+        cfg, policy = self.cfg, self.policy
+        policy.critic.requires_grad_(False)  # the actor loss must not leave gradients in the critics
+        action, log_prob = policy.actor.sample(x.detach())
+        q_pi = policy.critic(x.detach(), action)
+        q_pi = q_pi.min(0).values if cfg.actor_q == "min" else q_pi.mean(0)
+        actor_loss = (self.alpha * log_prob - q_pi).mean()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self._reduce_gradients(policy.actor.parameters())
+        if cfg.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(policy.actor.parameters(), cfg.max_grad_norm)
+        self.actor_optimizer.step()
+        policy.critic.requires_grad_(True)
+        stats["actor_loss"] = actor_loss.detach()
+        stats["entropy"] = -log_prob.detach().mean()
+        if cfg.autotune_alpha:
+            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self._reduce_gradients([self.log_alpha])
+            self.alpha_optimizer.step()
+            stats["alpha_loss"] = alpha_loss.detach()
         return stats
 
     def _reduce_gradients(self, params) -> None:

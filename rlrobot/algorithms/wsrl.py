@@ -1,4 +1,4 @@
-"""Warm starts from offline RL to online RL (issue 18), all SAC learners in one runner
+"""Warm starts from offline RL to online RL, all SAC learners in one runner
 (``rlrobot.runners.warm_start.WarmStartRunner``, an ``OffPolicyRunner``):
 
 - ``wsrl`` (WSRL, Zhou et al. 2024): the actor, critics, target critics, observation normaliser and temperature of an
@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
-from torch import nn
 
 from rlrobot.algorithms.cal_ql import conservative_penalty
 from rlrobot.algorithms.registry import AlgorithmSpec, register_algorithm
@@ -83,17 +82,20 @@ class WarmStartConfig(SACConfig):
 @dataclass
 class WSRLConfig(WarmStartConfig):
     utd: float = 4.0
-    """gradient updates per collected transition after the warm-up (WSRL: 4)"""
-    batch_size: int = 1024
-    """transitions per gradient update (WSRL: 1024), online data only"""
+    """critic gradient steps per collected transition after the warm-up, with one actor and temperature step per
+    collected transition (WSRL: 4)"""
+    batch_size: int = 256
+    """transitions per critic step, online data only (WSRL: one batch of 1,024 split into 4 critic minibatches)"""
+    actor_batch: Literal["last", "round"] = "round"
+    """the actor and temperature step reads all of the round's critic minibatches (WSRL: the batch of 1,024)"""
     learning_starts: int = 5_000
     """the warm-up: env steps collected by the frozen --init policy (no gradient step) before SAC starts (WSRL: 5,000)"""
     actor_delay: int = 0
     """gradient steps after the switch that update the critics (and their targets) only: the actor and the temperature
     stay as the --init run left them while the critics recalibrate to the online data (0: SAC from the first step)"""
-    backup_entropy: bool = True
-    """subtract alpha log pi(a'|s') in the TD target (SAC); False: the target without it, as the Cal-QL pretraining fitted
-    the critics and as WSRL's reference SAC (backup_entropy=False)"""
+    backup_entropy: bool = False
+    """subtract alpha log pi(a'|s') in the TD target (SAC's soft target); False (WSRL's reference): the target without
+    it, as the Cal-QL pretraining fitted the critics, so the targets do not change at the offline-to-online switch"""
 
     def validate(self, run) -> None:
         super().validate(run)
@@ -105,9 +107,10 @@ class WSRLConfig(WarmStartConfig):
 @dataclass
 class RLPDConfig(WarmStartConfig):
     utd: float = 20.0
-    """gradient updates per collected transition (RLPD: up to 20)"""
+    """critic gradient steps per collected transition, with one actor and temperature step per collected transition
+    (RLPD: up to 20)"""
     batch_size: int = 256
-    """transitions per gradient update, offline_ratio of them from --dataset"""
+    """transitions per critic step, offline_ratio of them from --dataset"""
     learning_starts: int = 5_000
     """transitions collected with uniform random actions before the first update"""
     offline_ratio: float = 0.5
@@ -117,9 +120,9 @@ class RLPDConfig(WarmStartConfig):
 @dataclass
 class CalQLOnlineConfig(WarmStartConfig):
     utd: float = 1.0
-    """gradient updates per collected transition (Cal-QL fine-tuning: 1)"""
+    """critic gradient steps per collected transition (Cal-QL fine-tuning: 1)"""
     batch_size: int = 256
-    """transitions per gradient update, offline_ratio of them from --dataset"""
+    """transitions per critic step, offline_ratio of them from --dataset"""
     learning_starts: int = 1_000
     """online transitions (collected by the --init policy) before the first update"""
     offline_ratio: float = 0.5
@@ -230,15 +233,32 @@ def sac_weights_from_offline(weights: dict[str, torch.Tensor], source: str) -> d
 class WarmStartSAC(SAC):
     """SAC on batches that may start with ``batch["offline_count"]`` offline transitions; with a conservative weight
     (``cal-ql-online``) CQL(H)'s regulariser, floored at the offline MC returns (Cal-QL), is added to the critic loss
-    on those rows. WSRL's opt-ins: ``backup_entropy=False`` (the TD target without the entropy term) and
-    ``actor_delay`` (critic-only steps after the switch). Without any of these, exactly SAC's update."""
+    on those rows. ``backup_entropy=False`` drops the entropy term from the TD target (WSRL, as the Cal-QL pretraining
+    fitted the critics); ``actor_delay`` keeps the actor and temperature frozen for the first critic steps."""
 
-    def update(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, float]:
+    def critic_loss(self, x: torch.Tensor, batch: dict[str, Any], generator: torch.Generator | None
+                    ) -> tuple[torch.Tensor, dict[str, Any]]:
         alpha = getattr(self.cfg, "cql_alpha", None) or 0.0
         conservative = alpha > 0 and bool(batch.get("offline_count"))
         if not conservative and getattr(self.cfg, "backup_entropy", True):
-            return super().update(batch, generator)
-        return self._update_warm(batch, generator, conservative)
+            return super().critic_loss(x, batch, generator)
+        policy = self.policy
+        next_x = policy.features(batch["next_obs"])
+        with torch.no_grad():
+            next_action, next_log_prob = policy.actor.sample(next_x)
+            next_q = self._target_q(policy.critic_target(next_x, next_action), generator)
+            if getattr(self.cfg, "backup_entropy", True):
+                next_q = next_q - self.alpha * next_log_prob
+            target = batch["rewards"] + batch["discount"] * next_q
+        q = policy.critic(x, batch["actions"])
+        td_loss = (q - target).square().mean(1).sum()
+        stats = {"critic_loss": td_loss.detach(), "q_mean": q.detach().mean()}
+        if not conservative:
+            return td_loss, stats
+        self._cql_generator = generator
+        cql_loss = self.conservative_loss(x, q, batch)
+        stats["cql_loss"] = cql_loss.detach()
+        return td_loss + cql_loss, stats
 
     def conservative_loss(self, x: torch.Tensor, q: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         """alpha x CQL(H) on the first ``offline_count`` rows, per critic, summed over critics (as cal_ql.CalQL)."""
@@ -258,46 +278,11 @@ class WarmStartSAC(SAC):
                                        batch["mc_returns"] if cfg.calibrated else None)
         return cfg.cql_alpha * penalty.mean(1).sum()
 
-    def _update_warm(self, batch: dict[str, Any], generator: torch.Generator | None, conservative: bool
-                     ) -> dict[str, float]:
-        """SAC.update with the conservative term in the critic loss and / or the TD target without the entropy term
-        (same order of random draws otherwise)."""
-        cfg, policy = self.cfg, self.policy
-        self._cql_generator = generator
-        x = policy.features(batch["obs"])
-        next_x = policy.features(batch["next_obs"])
-        with torch.no_grad():
-            next_action, next_log_prob = policy.actor.sample(next_x)
-            next_q = self._target_q(policy.critic_target(next_x, next_action), generator)
-            if getattr(cfg, "backup_entropy", True):
-                next_q = next_q - self.alpha * next_log_prob
-            target = batch["rewards"] + batch["discount"] * next_q
-        q = policy.critic(x, batch["actions"])
-        td_loss = (q - target).square().mean(1).sum()
-        loss = td_loss
-        stats = {"critic_loss": td_loss.detach(), "q_mean": q.detach().mean()}
-        if conservative:
-            cql_loss = self.conservative_loss(x, q, batch)
-            loss = td_loss + cql_loss
-            stats["cql_loss"] = cql_loss.detach()
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self._reduce_gradients(policy.critic.parameters())
-        if cfg.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
-        self.critic_optimizer.step()
-        return self.actor_temperature_and_targets(x, stats)
-
-    def actor_temperature_and_targets(self, x: torch.Tensor, stats: dict[str, Any]) -> dict[str, Any]:
-        """SAC's actor, temperature and Polyak step; during WSRL's ``actor_delay`` (the first gradient steps after the
-        switch) the Polyak step only: the actor and the temperature keep the --init run's values."""
-        if self.num_updates >= getattr(self.cfg, "actor_delay", 0):
-            return super().actor_temperature_and_targets(x, stats)
-        with torch.no_grad():
-            torch._foreach_lerp_(list(self.policy.critic_target.parameters()), list(self.policy.critic.parameters()),
-                                 self.cfg.tau)
-        self.num_updates += 1
-        stats["alpha"] = self.alpha
+    def actor_step(self, x: torch.Tensor, stats: dict[str, Any]) -> dict[str, Any]:
+        """SAC's actor and temperature step, except during WSRL's ``actor_delay`` (the first critic steps after the
+        switch), when the actor and the temperature keep the --init run's values."""
+        if self.num_updates > getattr(self.cfg, "actor_delay", 0):
+            return super().actor_step(x, stats)
         return stats
 
 

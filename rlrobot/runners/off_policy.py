@@ -2,8 +2,9 @@
 transitions SAC updates; log / evaluate / checkpoint (optionally with the replay buffer, ``--sac.save-replay``),
 resumable.
 
-One iteration = ``sac.rollout_steps`` vector steps (x num_envs transitions) followed by ``utd x transitions``
-gradient updates (the fractional part carries over, so any UTD is honoured on average). Until ``sac.learning_starts``
+One iteration = ``sac.rollout_steps`` vector steps (x num_envs transitions) followed by ``utd x transitions`` critic
+gradient steps (the fractional part carries over, so any UTD is honoured on average), grouped in one update round per
+transition that ends with the actor and temperature step (``rlrobot.algorithms.sac``). Until ``sac.learning_starts``
 transitions exist, actions are uniform in [-1, 1] and nothing is updated.
 """
 
@@ -67,18 +68,19 @@ class OffPolicyRunner(Runner):
         metrics: dict[str, float] = {"perf/rollout_fraction": 1.0, "train/replay_size": float(len(self.replay))}
         if len(self.replay) < sac.learning_starts:
             return metrics
-        num_updates = self.algo.updates_due(self.steps_per_iteration)
-        if num_updates == 0:
+        rounds = self.algo.rounds_due(self.steps_per_iteration)
+        if not rounds:
             return metrics
         update_start = time.perf_counter()
         with self.all_cores():
             sums: dict[str, torch.Tensor] = {}
-            counts: dict[str, int] = {}  # actor terms appear only every sac.actor_update_every updates
-            for _ in range(num_updates):
-                batch = self.sample_batch(sac.batch_size)
-                for k, v in self.algo.update(batch, self.generator).items():
+            counts: dict[str, int] = {}  # actor terms appear only every sac.actor_update_every rounds
+            for critic_steps in rounds:
+                batches = [self.sample_batch(sac.batch_size) for _ in range(critic_steps)]
+                for k, v in self.algo.update_round(batches, self.generator).items():
                     sums[k] = sums.get(k, 0.0) + v
                     counts[k] = counts.get(k, 0) + 1
+        num_updates = sum(rounds)
         update_time = time.perf_counter() - update_start
         metrics.update({f"loss/{k}": float(v) / counts[k] for k, v in sums.items()})
         metrics.update({"perf/rollout_fraction": collect_time / (collect_time + update_time),

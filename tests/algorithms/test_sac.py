@@ -198,3 +198,32 @@ def test_seeded_updates_are_bit_identical():
 
     a, b = run(), run()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize(("utd", "actor_batch"), [(1.0, "last"), (4.0, "round"), (20.0, "last"), (0.5, "last")])
+def test_utd_counts_critic_steps_with_one_actor_and_temperature_step_per_env_step(utd, actor_batch):
+    torch.manual_seed(0)
+    policy = SACPolicy(3, 2, NET)
+    sac = make_sac(policy, SACConfig(utd=utd, batch_size=64, actor_batch=actor_batch))
+    buf = filled_buffer()
+    steps = {"critic": 0, "actor": 0, "alpha": 0}
+    actor_rows: list[int] = []
+    for name, optimizer in sac.optimizers.items():
+        original = optimizer.step
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            steps[_name] += 1
+            return _original(*args, **kwargs)
+
+        optimizer.step = counted
+    original_actor_step = sac.actor_step
+    sac.actor_step = lambda x, stats: (actor_rows.append(len(x)), original_actor_step(x, stats))[1]
+    transitions, sampled = 16, 0  # 2 vector steps of 8 envs
+    for critic_steps in sac.rounds_due(transitions):
+        batches = [buf.sample(64) for _ in range(critic_steps)]
+        sampled += sum(len(b["actions"]) for b in batches)
+        sac.update_round(batches)
+    assert steps["critic"] == utd * transitions == sac.num_updates
+    assert sampled == utd * transitions * 64  # critic samples: batch_size per critic step
+    assert steps["actor"] == steps["alpha"] == min(utd, 1.0) * transitions
+    assert set(actor_rows) == {64 * (int(utd) if actor_batch == "round" else 1)}

@@ -193,9 +193,10 @@ def critic_after_one_update(runner, batch, alpha: float) -> dict[str, torch.Tens
     return critic
 
 
-@pytest.mark.parametrize("backup_entropy", [True, False])
+@pytest.mark.parametrize("backup_entropy", [True, False, None])
 def test_backup_entropy_off_leaves_the_temperature_out_of_the_td_target(cal_ql_run, tmp_path, backup_entropy):
-    runner = warmed_up(cal_ql_run, tmp_path / "b", backup_entropy=backup_entropy)
+    # None: WSRL's default, which is its reference's (the TD target of the Cal-QL pretraining, without the entropy term)
+    runner = warmed_up(cal_ql_run, tmp_path / "b", **({} if backup_entropy is None else {"backup_entropy": backup_entropy}))
     batch = runner.sample_batch(8)
     low, high = (critic_after_one_update(runner, batch, alpha) for alpha in (0.01, 100.0))
     same = all(torch.equal(low[k], high[k]) for k in low)
