@@ -36,8 +36,9 @@ rollouts from the same start state: the VecEnv resets envs independently), so r 
 advantages rather than group-normalised rewards; only the executed part of each chunk enters the loss (the rest was
 never scored); the reference policy is updated after every iteration by a soft update theta_old <- eta theta_old +
 (1 - eta) theta with eta = min(ref_ema_ramp * iteration, ref_ema_max) (the paper's growing-EMA schedule; 0 / 0 = a
-hard copy, i.e. on-policy); the rollout samples with the current policy's ODE from random initial noise (any solver
-works: ``sampler=noise`` adds Flow-Noise steps for more exploration). The value head trains as in flow-policy PPO.
+hard copy, i.e. on-policy); the rollout samples with the reference policy v_old (the paper's sampler, which is the
+current policy under the hard copy) by its ODE from random initial noise (any solver works: ``sampler=noise`` adds
+Flow-Noise steps for more exploration). The value head trains as in flow-policy PPO.
 """
 
 from __future__ import annotations
@@ -305,10 +306,12 @@ class FlowNFT:
     @torch.no_grad()
     def rollout_act(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-        """Sample chunks with any solver: (actions [B, H, A], fields to store, value [B])."""
+        """Sample chunks with any solver from the reference policy v_old (the current policy while the reference is a
+        hard copy): (actions [B, H, A], fields to store, the current value head's value [B])."""
         policy = self.policy
         emb = policy.encode(obs)
-        chain, _ = policy.sample_chain(obs, self.cfg.sampler, emb=emb, generator=generator)
+        sampler, sampler_emb = (self.reference, self.reference.encode(obs)) if self.cfg.ref_ema_max > 0 else (policy, emb)
+        chain, _ = sampler.sample_chain(obs, self.cfg.sampler, emb=sampler_emb, generator=generator)
         chunk = chain[:, -1]
         return chunk.reshape(-1, policy.chunk_size, policy.action_dim), {"chunks": chunk}, policy.value_from_embedding(emb)
 

@@ -178,6 +178,21 @@ def test_reference_soft_update():
     assert algo.ref_ema() == 0.5
 
 
+def test_rollouts_sample_with_the_reference_policy_once_it_lags():
+    policy = small_policy(0)
+    algo = FlowNFT(policy, FlowNFTConfig(ref_ema_ramp=0.5, ref_ema_max=0.5), torch.device("cpu"), 4,
+                   {"state": ((6,), torch.float32)})
+    with torch.no_grad():
+        policy.velocity_out.weight.add_(0.5)  # the current policy moved; the reference (v_old) did not
+    obs = {"state": torch.randn(4, 6, generator=torch.Generator().manual_seed(2))}
+    actions, fields, value = algo.rollout_act(obs, torch.Generator().manual_seed(3))
+    expected, _ = algo.reference.sample_chain(obs, "ode", generator=torch.Generator().manual_seed(3))
+    current, _ = policy.sample_chain(obs, "ode", generator=torch.Generator().manual_seed(3))
+    assert torch.equal(fields["chunks"], expected[:, -1])
+    assert not torch.allclose(fields["chunks"], current[:, -1])
+    assert torch.equal(value, policy.value(obs))  # the value head being trained scores the state
+
+
 def test_rollout_and_update_through_the_runner(tmp_path):
     cfg = train_config("flow-nft", task="so101-reach", num_envs=4, total_steps=4 * 2 * 4, out=str(tmp_path / "nft"),
                        logger="none", video=False, eval_episodes=2, eval_envs=2, num_threads=1, init="none",
