@@ -4,11 +4,13 @@ One PPO sample is one action chunk. The "action" whose likelihood PPO needs is t
 x(t=1) -> ... -> x(t=0): every step of it is a Gaussian transition, so the chain's log-likelihood is exact.
 
 * ``flow-noise``: every step draws noise with a learned std (noise head, bounded in [sigma_min, sigma_max]);
-  the log-prob is the mean of the per-step log-densities (RLinf's joint log-prob), plus an entropy bonus on the
-  noise head.
+  the log-prob of each chunk element is RLinf's joint log-prob (``joint_logprob``): the mean of its K + 1 terms, the
+  initial noise's log N(x(t=1); 0, I) and the K transitions' log-densities. The initial term has no parameters, so the
+  PPO log-ratio is the K transitions' sum / (K + 1): the scale that PPO's clip and KL target are set for in RLinf.
+  The entropy bonus on the noise head averages the same K + 1 Gaussians' entropies over the executed elements.
 * ``flow-sde``: the Euler-Maruyama step of the reverse SDE with sigma_t = a * sqrt(t / (1 - t)). ``hybrid`` makes one
   random step per sample stochastic and keeps that step's log-prob (RLinf's ODE-SDE mix); ``full`` makes all steps
-  stochastic and averages their log-probs.
+  stochastic, with the joint log-prob as flow-noise.
 
 Ratios per chunk (log-probs summed over the executed actions x action dims) or per action element; dual-clip
 surrogate; clipped value loss on a value head over the detached observation embedding; GAE over chunks, whose reward
@@ -208,9 +210,18 @@ class FlowPPO:
         mask.scatter_(1, steps, True)
         chain, step_log_probs = policy.sample_chain(obs, self.mode, self.cfg.noise_level, mask, generator, emb=emb)
         log_probs = step_log_probs.gather(1, steps[:, :, None].expand(-1, -1, step_log_probs.shape[-1]))
-        log_probs = log_probs[:, :, :self.executed_dim].mean(1)
         actions = chain[:, -1].reshape(batch, policy.chunk_size, policy.action_dim)
-        return actions, chain, steps, log_probs, policy.value_from_embedding(emb)
+        return actions, chain, steps, self.chunk_log_probs(chain, log_probs), policy.value_from_embedding(emb)
+
+    def chunk_log_probs(self, chain: torch.Tensor, step_log_probs: torch.Tensor) -> torch.Tensor:
+        """Per executed element [B, E*A]: the logged step's log-density (one stochastic step), or the mean of the
+        initial noise's and the K steps' log-densities (RLinf's joint log-prob, all steps stochastic)."""
+        step_log_probs = step_log_probs[:, :, :self.executed_dim]
+        if self.num_logged_steps == 1:
+            return step_log_probs[:, 0]
+        initial = chain[:, 0, :self.executed_dim]
+        initial = gaussian_log_prob(initial, torch.zeros_like(initial), torch.ones_like(initial))
+        return (initial + step_log_probs.sum(1)) / (step_log_probs.shape[1] + 1)
 
     def rollout_act(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
@@ -221,9 +232,11 @@ class FlowPPO:
     def evaluate_chain(self, obs, chain, steps) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-element log-probs [B, E*A] of stored chains under the current parameters, entropy, value."""
         log_probs, std, emb = self.policy.chain_log_prob(obs, chain, steps, self.mode, self.cfg.noise_level)
-        log_probs = log_probs[:, :, :self.executed_dim].mean(1)
-        entropy = (0.5 * torch.log(2 * torch.pi * torch.e * std.square())).mean()
-        return log_probs, entropy, self.policy.value_from_embedding(emb)
+        # the initial noise's entropy (std 1) joins the steps' as in the joint log-prob; constant, it only sets the scale
+        step_entropy = (0.5 * torch.log(2 * torch.pi * torch.e * std[:, :, :self.executed_dim].square())).mean((0, 2))
+        initial_entropy = 0.5 * torch.log(torch.tensor(2 * torch.pi * torch.e, device=std.device))
+        entropy = (initial_entropy + step_entropy.sum()) / (len(step_entropy) + 1)
+        return self.chunk_log_probs(chain, log_probs), entropy, self.policy.value_from_embedding(emb)
 
     def update(self, generator: torch.Generator | None = None) -> dict[str, float]:
         cfg, storage = self.cfg, self.storage

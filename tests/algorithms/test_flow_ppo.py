@@ -48,6 +48,31 @@ def test_first_minibatch_ratio_is_one_and_update_moves_the_policy(tmp_path, algo
     runner.env.close()
 
 
+@pytest.mark.parametrize("algo", ["flow-noise", "flow-sde"])
+def test_joint_log_prob_is_rlinfs_mean_over_the_initial_noise_and_the_k_steps(tmp_path, algo):
+    # RLinf's joint_logprob: per element, the mean of K + 1 terms (log N(x_K; 0, I) and the K transitions), so the PPO
+    # log-ratio of a chain is the K steps' log-ratio sum / (K + 1)
+    from rlrobot.policies.flow import gaussian_log_prob
+
+    k = SMALL_FLOW.denoising_steps
+    runner = FlowOnPolicyRunner(small_config(tmp_path, algo, sde_mode="full"))
+    obs, _ = runner.env.reset(seed=0)
+    algo_, policy, e = runner.algo, runner.policy, runner.algo.executed_dim
+    with torch.no_grad():
+        _, chain, steps, log_probs, _ = algo_.act(obs, torch.Generator().manual_seed(0))
+        old_steps, _, _ = policy.chain_log_prob(obs, chain, steps, algo_.mode, algo_.cfg.noise_level)
+        initial = gaussian_log_prob(chain[:, 0, :e], torch.zeros_like(chain[:, 0, :e]), torch.ones_like(chain[:, 0, :e]))
+        assert torch.allclose(log_probs, (initial + old_steps[:, :, :e].sum(1)) / (k + 1), atol=1e-5)
+        for p in policy.flow_matching_parameters():
+            p.add_(0.01 * torch.randn_like(p))
+        new_log_probs, _, _ = algo_.evaluate_chain(obs, chain, steps)
+        new_steps, _, _ = policy.chain_log_prob(obs, chain, steps, algo_.mode, algo_.cfg.noise_level)
+    step_ratio = (new_steps - old_steps)[:, :, :e].sum(1)
+    assert step_ratio.abs().max() > 1e-3
+    assert torch.allclose(new_log_probs - log_probs, step_ratio / (k + 1), atol=1e-5)
+    runner.env.close()
+
+
 def test_hybrid_sde_step_is_the_only_stochastic_one(tmp_path):
     runner = FlowOnPolicyRunner(small_config(tmp_path, "flow-sde", sde_mode="hybrid"))
     obs, _ = runner.env.reset(seed=0)
