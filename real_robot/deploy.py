@@ -48,6 +48,7 @@ from rich.table import Table
 
 from .drivers import DRIVERS, make_robot
 from .executor import ChunkExecutor, ControlLoopFault, EpisodeResult, ExecutorConfig
+from .robot import check_control_rate
 from .safety import SafetyConfig, SafetySupervisor
 
 log = logging.getLogger("rlrobot.reward")
@@ -76,6 +77,9 @@ class DeployArgs:
     twin_obs_noise: float = 0.0
     cameras: bool = False
     """(twin) also read and record the front and wrist cameras"""
+    control_rate_hz: float = 25.0
+    """(lerobot) the arm's control rate in Hz (1..200): the robot side owns it; a policy trained at another rate is
+    refused unless --executor.policy-rate resample (absolute joint targets). The twin runs at its task's rate"""
     lerobot_port: str = "/dev/ttyACM0"
     lerobot_id: str = "rlrobot_so101"
     target: tuple[float, float, float] | None = None
@@ -108,6 +112,7 @@ class DeployArgs:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= 60):
             raise ValueError(f"timeout_s={self.timeout_s!r} must be a number in (0, 60]")
+        check_control_rate(self.control_rate_hz, "control_rate_hz")
         if self.twin_latency_steps < 0:
             raise ValueError(f"twin_latency_steps={self.twin_latency_steps} must be >= 0")
         if not (math.isfinite(self.twin_obs_noise) and self.twin_obs_noise >= 0):
@@ -175,8 +180,9 @@ def _make_deploy_robot(args: DeployArgs, task: str, metadata: dict[str, Any]):
         return make_robot("twin", task=task, seed=args.seed, latency_steps=args.twin_latency_steps,
                           obs_noise_std=args.twin_obs_noise, cameras=args.cameras)
     context = {"target": args.target} if args.target is not None else {}
+    # the robot's own configured rate, never the policy's metadata (the executor refuses or resamples a mismatch)
     return make_robot("lerobot", port=args.lerobot_port, robot_id=args.lerobot_id, context=context,
-                      control_rate_hz=metadata.get("control_rate_hz") or 25.0)
+                      control_rate_hz=args.control_rate_hz)
 
 
 def _connect_robot(args: DeployArgs, task: str, metadata: dict[str, Any], bridge, source):
@@ -325,6 +331,19 @@ def _make_recorder(args: DeployArgs, robot, bridge, prm_log: PRMProgressLog | No
     return recorder
 
 
+def _make_executor(args: DeployArgs, robot, bridge, source, supervisor: SafetySupervisor) -> ChunkExecutor:
+    """The executor; a policy of another control rate or a watchdog shorter than two periods is refused here, before
+    anything moves, and the robot, bridge and policy source are closed."""
+    try:
+        return ChunkExecutor(robot, bridge, source, supervisor, args.executor)
+    except BaseException:
+        robot.disconnect()
+        bridge.close()
+        if hasattr(source, "close"):
+            source.close()
+        raise
+
+
 def run_deploy(args: DeployArgs) -> dict[str, Any]:
     import signal
 
@@ -340,13 +359,14 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
     robot = _connect_robot(args, task, metadata, bridge, source)
     supervisor = SafetySupervisor(args.safety, robot.joint_low, robot.joint_high, 1.0 / robot.control_rate_hz,
                                   forward_kinematics=bridge.tcp_position)
+    executor = _make_executor(args, robot, bridge, source, supervisor)
     previous_usr1 = signal.getsignal(signal.SIGUSR1) if hasattr(signal, "SIGUSR1") else None
     if hasattr(signal, "SIGUSR1"):
         supervisor.install_signal_estop(signal.SIGUSR1)
     if args.estop_key:
         supervisor.start_key_estop()
-    recorder = _make_recorder(args, robot, bridge, prm_log)
-    executor = ChunkExecutor(robot, bridge, source, supervisor, args.executor, recorder)
+    executor.recorder = _make_recorder(args, robot, bridge, prm_log)
+    recorder = executor.recorder
     max_steps = args.max_steps or bridge.shadow.max_episode_steps
     console = Console(width=max(Console().width, 120), highlight=False)
     console.print(f"deploy {task} ({control_mode}) from {args.server or args.checkpoint} on the {args.robot}: "

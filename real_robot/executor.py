@@ -12,8 +12,14 @@ Safety rules of the loop:
 - the watchdog is fed only by answers that are used: a chunk whose actions all lie in the past (a late answer) is
   dropped and does not count as fresh. No fresh chunk for ``watchdog_s`` -> hold; for ``disable_after_s`` -> hold,
   disable, abort the episode and latch the supervisor (no further episode until an operator clears it);
-- holds brake through the supervisor (acceleration-limited), so every command to the arm passes it;
-- the e-stop latch is checked immediately before every command write, not only at the top of a tick;
+- every reading passes the supervisor's check before the bridge or the policy sees it; a reading that fails it (or a
+  driver that cannot read) is a fault: hold, disable, latch, and the episode is aborted;
+- holds brake through the supervisor (acceleration-limited), emergency holds too, and every write goes through one
+  path that checks the command (finite, inside the limits) and the latch immediately before the driver call;
+- the robot owns the control rate (``robot.control_rate_hz``, 1..200 Hz): a policy trained at another rate is
+  refused, or resampled in time when ``policy_rate="resample"`` and its actions are absolute joint targets;
+- a watcher thread acts on wall time: an e-stop (any latch) holds and disables within milliseconds, and a watchdog
+  disable fires on time, whatever the control rate and wherever the loop is waiting;
 - any exception in the loop ends in hold + disable + latch, then ``ControlLoopFault`` with the cause.
 """
 
@@ -25,18 +31,25 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from rlrobot.policies.rtc import RTCConfig, RTCRequest
 
 from .bridge import TaskBridge
+from .robot import check_control_rate
 from .safety import SafetyLatched, SafetySupervisor
 from .stats import RunningStats
 
 log = logging.getLogger("rlrobot.executor")
 
 EXECUTION_MODES = ("ensemble", "open_loop")
+POLICY_RATE_MODES = ("refuse", "resample")
+RESAMPLABLE_CONTROL_MODES = ("joint_pos",)
+"""absolute targets can be interpolated in time; a delta per policy step has no meaning at another rate"""
+WATCHER_PERIOD_S = 0.005
+"""how often the watcher thread looks at the watchdog (the latch itself wakes it at once)"""
 
 
 @dataclass
@@ -50,10 +63,15 @@ class ExecutorConfig:
     rtc: RTCConfig = field(default_factory=RTCConfig)
     """real-time chunking (open_loop only): each new chunk is requested every rtc.execution_horizon steps and generated
     guided towards the current chunk's unexecuted leftover; it takes over at the step it was requested for"""
+    policy_rate: str = "refuse"
+    """a policy trained at another control rate than the robot's: refuse (default) | resample (its chunks are
+    interpolated in time onto the robot's ticks; absolute joint targets only)"""
 
     def __post_init__(self):
         if self.mode not in EXECUTION_MODES:
             raise ValueError(f"executor.mode={self.mode!r} is not one of {EXECUTION_MODES}")
+        if self.policy_rate not in POLICY_RATE_MODES:
+            raise ValueError(f"executor.policy_rate={self.policy_rate!r} is not one of {POLICY_RATE_MODES}")
         if not (math.isfinite(self.ensemble_decay) and self.ensemble_decay >= 0):
             raise ValueError(f"executor.ensemble_decay={self.ensemble_decay!r} must be a finite number >= 0")
         self.rtc.validate()
@@ -96,12 +114,12 @@ class InferenceWorker:
             try:
                 chunk = self.source.infer(obs) if rtc is None else self.source.infer(obs, rtc=rtc)
                 self.round_trips.append(time.perf_counter() - start)
-                self.results.put((step, chunk, None))
+                self.results.put((step, chunk, None, time.monotonic()))
             except Exception as e:  # server gone, timeout, bad reply: the executor holds and the watchdog counts
                 self.failures += 1
                 if self.failures == 1 or self.failures % 100 == 0:
                     log.warning("inference failed (%d so far): %s: %s", self.failures, type(e).__name__, e)
-                self.results.put((step, None, e))
+                self.results.put((step, None, e, time.monotonic()))
 
     def submit(self, step: int, obs: dict[str, np.ndarray], rtc: RTCRequest | None = None) -> bool:
         if self.busy:
@@ -164,10 +182,18 @@ class ChunkExecutor:
         self.robot, self.bridge, self.supervisor = robot, bridge, supervisor
         self.cfg = cfg or ExecutorConfig()
         self.recorder = recorder
-        self.worker = InferenceWorker(source)
-        self.dt = 1.0 / robot.control_rate_hz
+        self.rate_hz = check_control_rate(robot.control_rate_hz, "robot control_rate_hz")
+        self.dt = 1.0 / self.rate_hz
+        if supervisor.cfg.watchdog_s < 2 * self.dt:  # one answer a tick at best: a shorter watchdog always holds
+            raise ValueError(f"safety.watchdog_s={supervisor.cfg.watchdog_s:g} must be at least two control periods "
+                             f"({2 * self.dt:g} s at {self.rate_hz:g} Hz)")
         metadata = getattr(source, "metadata", None) or {}
+        self.resample_ratio = self._policy_rate_ratio(metadata.get("control_rate_hz"), bridge)
         self.max_chunk = int(metadata.get("chunk_size") or MAX_CHUNK)
+        self._robot_lock = threading.Lock()  # one writer at a time: the control loop or the watcher thread
+        self._stopped = False  # this episode's emergency stop was done (hold + disable once)
+        self._last_fresh = time.monotonic()
+        self.worker = InferenceWorker(source)
         self.round_trips = self.worker.round_trips
         self.jitter = RunningStats(scale=1e3)  # ms, over every episode, bounded
         self._gaps: list[float] = []  # this episode's plan discontinuities (chunk_gap, switch_jump)
@@ -181,6 +207,39 @@ class ChunkExecutor:
             self.rtc_horizon = self.cfg.rtc.horizon_for(self.max_chunk, int(metadata.get("execute_steps") or 0))
             if hasattr(source, "warm_up_rtc"):  # autograd's first backward must not run inside the control loop
                 source.warm_up_rtc()
+
+    def _policy_rate_ratio(self, policy_rate: Any, bridge: TaskBridge) -> float | None:
+        """None when the policy runs at the robot's rate; robot ticks per policy step when its chunks are resampled
+        (explicitly asked for); a ValueError that says what to do otherwise."""
+        if policy_rate is None:
+            return None
+        if isinstance(policy_rate, bool) or not isinstance(policy_rate, (int, float)) or not math.isfinite(policy_rate) \
+                or policy_rate <= 0:
+            raise ValueError(f"the policy's metadata control_rate_hz={str(policy_rate)[:40]!r} is not a finite number > 0: "
+                             f"refused")
+        if abs(policy_rate - self.rate_hz) <= 1e-6 * self.rate_hz:
+            return None
+        if self.cfg.policy_rate != "resample":
+            raise ValueError(f"the policy was trained at {policy_rate:g} Hz and the robot runs at {self.rate_hz:g} Hz: "
+                             f"refused (run the robot at the policy's rate, or --executor.policy-rate resample for "
+                             f"absolute joint targets)")
+        control_mode = getattr(bridge, "control_mode", None)
+        if control_mode not in RESAMPLABLE_CONTROL_MODES:
+            raise ValueError(f"executor.policy_rate=resample needs absolute joint targets {RESAMPLABLE_CONTROL_MODES}; "
+                             f"the policy's control mode is {control_mode!r} (a delta per step of another rate)")
+        log.warning("the policy runs at %g Hz, the robot at %g Hz: every chunk is resampled onto the robot's ticks",
+                    policy_rate, self.rate_hz)
+        return self.rate_hz / policy_rate
+
+    def _resample(self, chunk: np.ndarray) -> np.ndarray:
+        """A chunk of policy steps as robot ticks: linear interpolation in time, the last action held to the end of
+        its step; at most MAX_CHUNK ticks (a later chunk replaces it long before)."""
+        if self.resample_ratio is None:
+            return chunk
+        ticks = min(max(1, round(len(chunk) * self.resample_ratio)), MAX_CHUNK)
+        policy_steps = np.arange(ticks) / self.resample_ratio
+        columns = [np.interp(policy_steps, np.arange(len(chunk)), chunk[:, d]) for d in range(chunk.shape[1])]
+        return np.stack(columns, axis=1).astype(np.float32)
 
     def _pick(self, chunks: list[tuple[int, np.ndarray]], t: int) -> np.ndarray | None:
         covering = [(start, chunk[t - start]) for start, chunk in chunks if start <= t < start + len(chunk)]
@@ -229,7 +288,7 @@ class ChunkExecutor:
 
     def _take(self, answer, chunks, result: EpisodeResult, t: int, last_fresh: float) -> float:
         """Keep a usable answer; the watchdog is fed (the returned time) only by an answer that will be used."""
-        step, raw, error = answer
+        step, raw, error, arrived = answer
         if error is not None:
             return last_fresh
         chunk, why = self.validate_chunk(raw)
@@ -237,6 +296,7 @@ class ChunkExecutor:
             result.refused_chunks += 1
             self.supervisor._count("nonfinite" if why.startswith("NaN") else "bad_action", f"refused a policy answer: {why}")
             return last_fresh
+        chunk = self._resample(chunk)
         if step + len(chunk) <= t:  # every action of it is in the past
             result.late_chunks += 1
             return last_fresh
@@ -249,24 +309,60 @@ class ChunkExecutor:
         self._last_plan = (step, chunk)
         chunks.append((step, chunk))
         result.fresh_chunks += 1
-        return time.monotonic()
+        return arrived  # fresh as of its arrival, even if this tick polled it later
 
     def _write(self, kind: str, command: np.ndarray) -> None:
-        """Every command write: the latch is checked immediately before it."""
-        if self.supervisor.estopped:
-            raise SafetyLatched(self.supervisor.estop_reason)
+        """Every command write of the control loop: the latch is checked immediately before it, under the lock
+        that the watcher's emergency stop takes too, and the command passes the supervisor's last check."""
+        with self._robot_lock:
+            if self.supervisor.estopped:
+                raise SafetyLatched(self.supervisor.estop_reason)
+            self._send(kind, command)
+
+    def _send(self, kind: str, command: np.ndarray) -> None:
+        """The one path to the driver: nothing non-finite or outside the limits is ever sent (UnsafeCommand)."""
+        checked = self.supervisor.checked_command(command)
         if kind == "act":
-            self.robot.act(command)
+            self.robot.act(checked)
         else:
-            self.robot.hold(command)
+            self.robot.hold(checked)
 
     def _emergency_stop(self) -> None:
-        """Hold where the arm is, then torque off; each step is tried even if the other fails."""
-        for what in ("hold", "disable"):
+        """Hold through the supervisor (its braking command from the last checked one), then torque off; without a
+        position that passed the checks nothing is sent, the arm is only disabled. Once per episode, from whichever
+        thread gets here first; each step is tried even if the other fails."""
+        with self._robot_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            command = self.supervisor.emergency_command()
+            if command is not None:
+                try:
+                    self._send("hold", command)
+                except Exception as e:  # keep going: disabling matters most
+                    log.error("emergency hold failed: %s: %s", type(e).__name__, e)
+            else:
+                log.error("emergency stop without a checked position to hold at: disabling only")
             try:
-                getattr(self.robot, what)()
-            except Exception as e:  # keep going: disabling matters most
-                log.error("emergency %s failed: %s: %s", what, type(e).__name__, e)
+                self.robot.disable()
+            except Exception as e:
+                log.error("emergency disable failed: %s: %s", type(e).__name__, e)
+
+    def _watch(self, done: threading.Event) -> None:
+        """The watcher thread of an episode: on wall time, not at the next tick. A latch (e-stop, fault) wakes it at
+        once; it also fires the watchdog disable when no fresh answer came for disable_after_s."""
+        sup = self.supervisor
+        while not done.is_set():
+            if sup.latched_event.wait(WATCHER_PERIOD_S):
+                self._emergency_stop()
+                return
+            since_fresh = time.monotonic() - self._last_fresh
+            if sup.watchdog(since_fresh) == "disable" and not done.is_set():
+                sup.latch(f"watchdog: no fresh action for {since_fresh:.2f} s", kind="watchdog_disable")
+
+    def _abort_reason(self) -> str:
+        sup = self.supervisor
+        return f"e-stop ({sup.estop_reason})" if sup.latch_kind in ("estop", "") else sup.estop_reason
 
     def run_episode(self, max_steps: int, instruction: str | None = None) -> EpisodeResult:
         sup, worker = self.supervisor, self.worker
@@ -278,18 +374,25 @@ class ChunkExecutor:
         interventions_before, failures_before = dict(sup.interventions), worker.failures
         episode_round_trips, episode_jitter = RunningStats(), RunningStats(scale=1e3)  # worker round trips are in ms
         self._gaps, self._jumps, self._last_plan = [], [], None
+        self._stopped, self._last_fresh = False, time.monotonic()
+        done = threading.Event()
+        watcher = threading.Thread(target=self._watch, args=(done,), daemon=True, name="safety-watcher")
+        watcher.start()
         try:
             self._loop(max_steps, instruction, result, episode_round_trips, episode_jitter)
-        except SafetyLatched:  # the e-stop arrived between the top of the tick and a command write
+        except SafetyLatched:  # the latch arrived between the top of the tick and a command write
             self._emergency_stop()
-            result.aborted, result.abort_reason = True, f"e-stop ({sup.estop_reason})"
+            result.aborted, result.abort_reason = True, self._abort_reason()
         except BaseException as e:
-            self._emergency_stop()
             sup.latch(f"control-loop fault: {type(e).__name__}: {e}", kind="fault")
+            self._emergency_stop()
             if not isinstance(e, Exception):  # KeyboardInterrupt, SystemExit: stopped safely, now let it through
                 raise
             raise ControlLoopFault(f"control loop failed at step {result.steps}: {type(e).__name__}: {e}; the arm was "
                                    f"held and disabled and the supervisor latched") from e
+        finally:
+            done.set()
+            watcher.join(timeout=1.0)
         result.latched = sup.estopped
         result.inference_failures = worker.failures - failures_before
         result.round_trip = episode_round_trips.summary()
@@ -303,27 +406,70 @@ class ChunkExecutor:
             result.episode_return = float(self.robot.episode_return)
         return result
 
+    def _read(self, first: bool = False) -> dict[str, Any] | None:
+        """A reading that passed the supervisor's check (its qpos as checked float64), or None: a reading fault has
+        latched the supervisor (the driver failed, a value is missing, implausible, stale or frozen)."""
+        sup = self.supervisor
+        try:
+            reading = self.robot.observe()
+            qpos, qvel = reading["qpos"], np.asarray(reading.get("qvel", np.zeros(1)), np.float64)
+        except Exception as e:  # a driver that cannot read the arm, or a reading without its joint positions
+            sup.latch(f"reading fault: cannot read the arm ({type(e).__name__}: {str(e)[:200]})", kind="reading_fault")
+            return None
+        timestamp = reading.get("timestamp")
+        if first:
+            try:
+                sup.reset(qpos, timestamp)
+            except ValueError as e:
+                sup.latch(f"reading fault at the start of the episode: {e}", kind="reading_fault")
+                return None
+        elif sup.check_reading(qpos, timestamp) is not None:
+            return None
+        if not np.isfinite(qvel).all():
+            sup.latch(f"reading fault: non-finite joint velocities {qvel}", kind="reading_fault")
+            return None
+        return {**reading, "qpos": sup.last_good_reading}
+
+    def _command(self, kind: str, result: EpisodeResult, targets: np.ndarray | None = None) -> np.ndarray:
+        """The supervisor's command for this tick (a hold, or the policy's targets filtered), written at once: under
+        the lock the watcher's emergency stop takes, with the latch checked before the supervisor and the write."""
+        sup = self.supervisor
+        with self._robot_lock:
+            if sup.estopped:
+                raise SafetyLatched(sup.estop_reason)
+            if kind == "hold":
+                command = sup.stop()  # brake at the acceleration limit, then stay
+            else:
+                before = sum(sup.interventions.values())
+                command = sup.filter(targets)
+                result.clamped_steps += sum(sup.interventions.values()) != before
+            if sup.estopped:  # latched while the command was computed
+                raise SafetyLatched(sup.estop_reason)
+            self._send(kind, command)
+        return command
+
+    def _end_latched(self, result: EpisodeResult) -> None:
+        self._emergency_stop()
+        result.aborted, result.abort_reason = True, self._abort_reason()
+
     def _loop(self, max_steps: int, instruction: str | None, result: EpisodeResult, round_trips: RunningStats,
               jitter: RunningStats) -> None:
-        robot, sup, worker, cfg = self.robot, self.supervisor, self.worker, self.cfg
-        reading = robot.observe()
-        sup.reset(reading["qpos"])
+        sup, worker, cfg = self.supervisor, self.worker, self.cfg
+        if self._read(first=True) is None:
+            return self._end_latched(result)
         chunks: list[tuple[int, np.ndarray]] = []
         while worker.poll() is not None:  # drop answers to a previous episode's requests
             pass
         seen_round_trips = worker.round_trips.count
-        last_fresh = time.monotonic()
+        self._last_fresh = last_fresh = time.monotonic()
         next_tick = time.monotonic()
         for t in range(max_steps):
             tick_start = time.monotonic()
             if cfg.realtime:
                 jitter.append(tick_start - next_tick)
                 self.jitter.append(tick_start - next_tick)
-            if sup.estopped:
-                self._emergency_stop()
-                result.aborted, result.abort_reason = True, f"e-stop ({sup.estop_reason})"
-                return
-            reading = robot.observe()
+            if sup.estopped or (reading := self._read()) is None:
+                return self._end_latched(result)
             obs = self.bridge.observation(reading)
             while (answer := worker.poll()) is not None:
                 last_fresh = self._take(answer, chunks, result, t, last_fresh)
@@ -339,30 +485,24 @@ class ChunkExecutor:
                     if answer is not None:
                         last_fresh = self._take(answer, chunks, result, t, last_fresh)
                         action = self._pick(chunks, t)
+            self._last_fresh = last_fresh
             if worker.round_trips.count > seen_round_trips:
                 round_trips.extend(worker.round_trips.last(worker.round_trips.count - seen_round_trips))
                 seen_round_trips = worker.round_trips.count
             since_fresh = time.monotonic() - last_fresh
             state = sup.watchdog(since_fresh)
             if state == "disable":
-                self._emergency_stop()
-                reason = f"watchdog: no fresh action for {since_fresh:.2f} s"
-                sup.latch(reason, kind="watchdog_disable")
-                result.aborted, result.abort_reason = True, reason
-                return
+                sup.latch(f"watchdog: no fresh action for {since_fresh:.2f} s", kind="watchdog_disable")
+                return self._end_latched(result)
             if action is None or state == "hold":
                 if state == "hold" and result.first_hold_after_last_chunk_s is None:
                     result.first_hold_after_last_chunk_s = since_fresh
-                command = sup.stop()  # brake at the acceleration limit, then stay
-                self._write("hold", command)
+                command = self._command("hold", result)
                 result.holds += 1
                 held = True
             else:
                 targets = self.bridge.joint_targets(action, reading, sup.last_command)
-                before = sum(sup.interventions.values())
-                command = sup.filter(targets)
-                result.clamped_steps += sum(sup.interventions.values()) != before
-                self._write("act", command)
+                command = self._command("act", result, targets)
                 held = False
             if self.recorder is not None:
                 self.recorder.add_frame(reading, obs, None if held else action, command,
@@ -373,7 +513,7 @@ class ChunkExecutor:
             if cfg.realtime:
                 delay = next_tick - time.monotonic()
                 if delay > 0:
-                    time.sleep(delay)
+                    sup.latched_event.wait(delay)  # a latch wakes the loop at once
                 else:
                     next_tick = time.monotonic()  # overran: do not try to catch up with a burst of commands
 

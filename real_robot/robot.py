@@ -12,6 +12,7 @@ wrist_roll, gripper), zero in the middle of each range as in LeRobot's calibrati
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -33,8 +34,8 @@ class Robot(Protocol):
         ...
 
     def hold(self, at: np.ndarray | None = None) -> None:
-        """Hold: command ``at`` (the supervisor's braking command, rad), or with no argument (an emergency stop) the
-        current measured position."""
+        """Hold: command ``at`` (the supervisor's braking command, rad). Without it a driver refuses (ValueError):
+        a raw reading is never sent back to the motors; an emergency stop without a checked position disables."""
         ...
 
     def disable(self) -> None:
@@ -42,3 +43,17 @@ class Robot(Protocol):
         ...
 
     def disconnect(self) -> None: ...
+
+
+CONTROL_RATE_RANGE_HZ = (1.0, 200.0)
+"""the robot side's control rate: below 1 Hz a command lasts seconds (and so would the per-command motion budget);
+above 200 Hz the SO-101's serial bus cannot read and write six servos in one period"""
+
+
+def check_control_rate(rate_hz: Any, name: str = "control_rate_hz") -> float:
+    """The rate as a float, or a one-line ValueError naming the field and the allowed range."""
+    low, high = CONTROL_RATE_RANGE_HZ
+    if isinstance(rate_hz, bool) or not isinstance(rate_hz, (int, float)) or not math.isfinite(rate_hz) \
+            or not low <= rate_hz <= high:
+        raise ValueError(f"{name}={rate_hz!r} must be a number in [{low:g}, {high:g}] Hz")
+    return float(rate_hz)

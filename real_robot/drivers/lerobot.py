@@ -18,6 +18,8 @@ import numpy as np
 
 from rlrobot.tasks.so101 import JOINT_HIGH, JOINT_LOW, JOINT_NAMES
 
+from ..robot import check_control_rate
+
 TICKS_PER_TURN = 4096  # STS3215 (the SO-101's servo) resolution
 NORM_MODES = ("degrees", "range_m100_100", "range_0_100")
 
@@ -61,7 +63,7 @@ class LeRobotArm:
 
     def __init__(self, port: str = "/dev/ttyACM0", robot_id: str = "rlrobot_so101", use_degrees: bool = True,
                  control_rate_hz: float = 25.0, context: dict[str, Any] | None = None, robot=None):
-        self.control_rate_hz = control_rate_hz
+        self.control_rate_hz = check_control_rate(control_rate_hz)  # the robot side owns its rate, bounded
         self.context = {k: np.asarray(v, np.float64) for k, v in (context or {}).items()}
         self._robot = robot
         self._config = {"port": port, "id": robot_id, "use_degrees": use_degrees}
@@ -93,10 +95,19 @@ class LeRobotArm:
         self._modes = self._norm_modes()
 
     def observe(self) -> dict[str, Any]:
+        """The arm's reading in radians. A missing or non-numeric joint value raises ValueError; whether the values
+        are plausible is the safety supervisor's check, not the driver's."""
         raw = self._robot.get_observation()
         now = time.monotonic()
-        qpos = np.array([to_radians(float(raw[f"{n}.pos"]), m, j, self._calibration(n))
-                         for j, (n, m) in enumerate(zip(JOINT_NAMES, self._modes, strict=True))])
+        missing = [f"{n}.pos" for n in JOINT_NAMES if f"{n}.pos" not in raw]
+        if missing:
+            raise ValueError(f"the arm's reading lacks {missing}")
+        try:
+            values = [float(raw[f"{n}.pos"]) for n in JOINT_NAMES]
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"the arm's reading has a non-numeric joint value ({e})") from e
+        qpos = np.array([to_radians(v, m, j, self._calibration(n))
+                         for j, (n, m, v) in enumerate(zip(JOINT_NAMES, self._modes, values, strict=True))])
         # the bus reports no velocity: finite difference between readings
         qvel = np.zeros(6) if self._last_qpos is None else (qpos - self._last_qpos) / max(now - self._last_time, 1e-3)
         self._last_qpos, self._last_time = qpos, now
@@ -110,16 +121,21 @@ class LeRobotArm:
         return {f"{n}.pos": from_radians(float(q), m, j, self._calibration(n))
                 for j, (n, m, q) in enumerate(zip(JOINT_NAMES, self._modes, joint_targets, strict=True))}
 
+    def _send(self, joint_targets: np.ndarray) -> None:
+        targets = np.asarray(joint_targets, np.float64)
+        if targets.shape != (len(JOINT_NAMES),) or not np.isfinite(targets).all():  # never a NaN to a servo
+            raise ValueError(f"joint targets must be {len(JOINT_NAMES)} finite radians, got {targets}")
+        self._robot.send_action(self.to_action(targets))
+
     def act(self, joint_targets: np.ndarray) -> None:
-        self._robot.send_action(self.to_action(np.asarray(joint_targets, np.float64)))
+        self._send(joint_targets)
 
     def hold(self, at: np.ndarray | None = None) -> None:
-        if at is not None:
-            self._robot.send_action(self.to_action(np.asarray(at, np.float64)))
-            return
-        if self._last_qpos is None:
-            self.observe()
-        self._robot.send_action(self.to_action(self._last_qpos))
+        """Hold at ``at`` (the supervisor's command). Without it there is no checked position to hold at: the driver
+        never sends its last raw reading (it may be garbage); the caller disables instead."""
+        if at is None:
+            raise ValueError("hold needs the supervisor's command; without one, disable the arm")
+        self._send(at)
 
     def disable(self) -> None:
         bus = getattr(self._robot, "bus", None)

@@ -97,7 +97,9 @@ class TwinRobot:
     def hold(self, at: np.ndarray | None = None) -> None:
         if not self.holding:
             self.holding, self.hold_started = True, time.monotonic()
-        targets = self.env.qpos[0, :6].copy() if at is None else np.asarray(at, np.float64)
+        if at is None:
+            raise ValueError("hold needs the supervisor's command; without one, disable the arm")
+        targets = np.asarray(at, np.float64)
         if targets.shape != (6,) or not np.isfinite(targets).all():
             raise ValueError(f"hold targets must be 6 finite radians, got {targets}")
         self._step(targets, "hold")

@@ -18,7 +18,7 @@ def supervisor(**kw):
 
 
 def test_joint_limits_and_velocity_clamp():
-    sup = supervisor(max_joint_velocity=1.0, max_joint_acceleration=1e6)
+    sup = supervisor(max_joint_velocity=1.0, max_joint_acceleration=39.0)
     out = sup.filter(np.array([5.0, -0.05, 0.0]))
     assert np.allclose(out, [0.1, -0.05, 0.0])  # limit 1.0 then at most 1 rad/s x 0.1 s per step
     assert sup.interventions["joint_limit"] == 1 and sup.interventions["velocity"] == 1
@@ -28,7 +28,7 @@ def test_joint_limits_and_velocity_clamp():
 
 
 def test_acceleration_clamp():
-    sup = supervisor(max_joint_velocity=100.0, max_joint_acceleration=2.0)  # 0.02 rad of step change per step
+    sup = supervisor(max_joint_velocity=4.7, max_joint_acceleration=2.0)  # 0.02 rad of step change per step
     steps = [sup.filter(np.array([1.0, 0.0, 0.0]))[0] for _ in range(3)]
     assert np.allclose(np.diff([0.0, *steps]), [0.02, 0.04, 0.06])
     assert sup.interventions["acceleration"] == 3
@@ -46,11 +46,12 @@ def test_nan_is_rejected_and_last_safe_target_kept():
 def test_workspace_box_refuses_targets_whose_tcp_leaves_it():
     fk = lambda q: np.array([q[0], 0.0, 0.1])  # noqa: E731 (toy kinematics: x follows joint 0)
     sup = SafetySupervisor(SafetyConfig(workspace_low=(-0.3, -1, 0), workspace_high=(0.3, 1, 1),
-                                        max_joint_velocity=100, max_joint_acceleration=1e6), LOW, HIGH, 0.1, fk)
+                                        max_joint_velocity=4.7, max_joint_acceleration=39.0), LOW, HIGH, 0.1, fk)
     sup.reset(np.zeros(3))
-    assert sup.filter(np.array([0.2, 0, 0]))[0] == pytest.approx(0.2)
-    assert sup.filter(np.array([0.5, 0, 0]))[0] == pytest.approx(0.2)
-    assert sup.interventions["workspace"] == 1
+    assert sup.filter(np.array([0.1, 0, 0]))[0] == pytest.approx(0.1)
+    x = [sup.filter(np.array([0.5, 0, 0]))[0] for _ in range(10)]  # brakes before the box instead of crossing it
+    assert max(x) <= 0.3 and x[-1] == pytest.approx(0.3, abs=0.01)
+    assert sup.interventions["workspace"] >= 1
     with pytest.raises(ValueError, match="forward kinematics"):
         SafetySupervisor(SafetyConfig(workspace_low=(0, 0, 0), workspace_high=(1, 1, 1)), LOW, HIGH, 0.1)
 

@@ -109,7 +109,7 @@ def test_nan_and_wild_policies_never_reach_the_robot_unclamped(tmp_path):
     twin = TwinRobot("so101-reach", seed=0)
     twin.connect()
     bridge = TaskBridge("so101-reach", "joint_pos")
-    sup = SafetySupervisor(SafetyConfig(max_joint_velocity=2.0, max_joint_acceleration=40.0), twin.joint_low,
+    sup = SafetySupervisor(SafetyConfig(max_joint_velocity=2.0, max_joint_acceleration=39.0), twin.joint_low,
                            twin.joint_high, 0.04, bridge.tcp_position)
 
     class Wild:
@@ -125,7 +125,7 @@ def test_nan_and_wild_policies_never_reach_the_robot_unclamped(tmp_path):
     commanded = np.array([twin.observe()["qpos"]] + [q for _, kind, q in twin.commands if kind == "act"])
     steps = np.diff(commanded[1:], axis=0)
     assert np.all(np.abs(steps) <= 2.0 * 0.04 + 1e-9)
-    assert np.all(np.abs(np.diff(steps, axis=0)) <= 40.0 * 0.04**2 + 1e-9)
+    assert np.all(np.abs(np.diff(steps, axis=0)) <= 39.0 * 0.04**2 + 1e-9)
     assert np.all(commanded[1:] >= twin.joint_low - 1e-9) and np.all(commanded[1:] <= twin.joint_high + 1e-9)
     assert sup.interventions["velocity"] > 0 and sup.interventions["acceleration"] > 0
 
