@@ -8,95 +8,33 @@ cameras, and any ``extra_features`` the caller declares (``rlrobot deploy --rewa
 reward model's ``reward.progress``, ``reward.delta`` and ``reward.done`` per frame, for a real-robot RL loop).
 Real-robot data then feeds the offline and fine-tuning paths in the ecosystem's format.
 
-An episode appears all at once or not at all. ``save_episode`` first writes an undo journal (``meta/.journal/``:
-copies of the metadata files as they were, and ``pending.json`` naming the episode's data file); the writer then adds
-the data file and rewrites the metadata; removing ``pending.json`` commits. If anything fails in between, the
-recorder rolls the dataset back to the last committed episode at once; if the process dies (SIGKILL, power loss),
-``repair_recording`` (run by ``read_recording``) rolls it back from the journal. ``read_recording`` also trusts the
-metadata (``info.json``'s totals) and ignores any frames beyond them.
+An episode appears all at once or not at all, for every reader (LeRobot, pyarrow, ours): the dataset writer builds
+the next version of the whole dataset beside it and swaps it in with one atomic exchange (``LeRobotDatasetWriter``,
+rlrobot/data/lerobot_dataset.py). A failure inside ``save_episode`` leaves the dataset and the recorder at the last
+saved episode; a kill (SIGKILL, power loss) leaves the previous version, plus at most a hidden staging copy beside it
+that ``repair_recording`` (run by ``read_recording``) deletes.
 """
 
 from __future__ import annotations
 
-import copy
-import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlrobot.data.lerobot_dataset import CHUNK_SIZE, DATA_PATH, EPISODES_PATH, LeRobotDatasetWriter, read_lerobot_dataset
-
-JOURNAL_DIR = "meta/.journal"
-META_FILES = ("meta/info.json", "meta/stats.json", "meta/tasks.parquet", EPISODES_PATH)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _begin(root: Path, data_file: str) -> None:
-    """Open a transaction: the committed metadata is copied aside, then ``pending.json`` marks it open."""
-    journal = root / JOURNAL_DIR
-    shutil.rmtree(journal, ignore_errors=True)
-    journal.mkdir(parents=True)
-    existed = []
-    for i, name in enumerate(META_FILES):
-        if (root / name).is_file():
-            shutil.copyfile(root / name, journal / f"{i}.bak")
-            existed.append(name)
-    tmp = journal / ".pending.json.tmp"
-    tmp.write_text(json.dumps({"data_file": data_file, "existed": existed}))
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, journal / "pending.json")
-    _fsync_dir(journal)
-
-
-def _commit(root: Path) -> None:
-    journal = root / JOURNAL_DIR
-    (journal / "pending.json").unlink()  # the commit point
-    _fsync_dir(journal)
-    shutil.rmtree(journal, ignore_errors=True)
+from rlrobot.data.lerobot_dataset import LeRobotDatasetWriter, read_lerobot_dataset, recover_dataset
 
 
 def repair_recording(root: str | Path) -> bool:
-    """Roll back an episode whose save did not commit (idempotent: safe to run again after a crash while repairing).
-    Returns True if something was rolled back."""
-    root = Path(root)
-    journal = root / JOURNAL_DIR
-    pending = journal / "pending.json"
-    if not pending.is_file():
-        shutil.rmtree(journal, ignore_errors=True)  # a committed transaction's leftovers
-        return False
-    plan = json.loads(pending.read_text())
-    for path in (root / plan["data_file"], (root / plan["data_file"]).with_name(f".{Path(plan['data_file']).name}.tmp")):
-        path.unlink(missing_ok=True)
-    for i, name in enumerate(META_FILES):
-        backup = journal / f"{i}.bak"
-        if backup.is_file():
-            os.replace(backup, root / name)
-        elif name not in plan["existed"]:
-            (root / name).unlink(missing_ok=True)
-    pending.unlink()
-    shutil.rmtree(journal, ignore_errors=True)
-    return True
+    """Clean up after a save that was killed (idempotent). True if something was found (a staging copy, or the
+    previous version put back where the atomic exchange was not available)."""
+    return recover_dataset(root)
 
 
 def read_recording(root: str | Path, repair: bool = True) -> dict[str, Any]:
-    """``read_lerobot_dataset`` that trusts the metadata: an unfinished save is rolled back first (``repair``), and
-    frames or episode rows beyond ``info.json``'s totals (orphans) are left out and counted in ``"orphan_frames"``."""
+    """``read_lerobot_dataset`` that trusts the metadata: a killed save is cleaned up first (``repair``), and frames
+    or episode rows beyond ``info.json``'s totals (which a consistent dataset never has) are left out and counted in
+    ``"orphan_frames"``."""
     if repair:
         repair_recording(root)
     ds = read_lerobot_dataset(root)
@@ -155,21 +93,12 @@ class EpisodeRecorder:
 
     def save_episode(self) -> int:
         """Write the buffered episode atomically (see the module's docstring); on failure the dataset and this
-        recorder are back at the last committed episode, and the error is raised."""
-        w = self.writer
-        chunk_index, file_index = divmod(len(w.episodes), CHUNK_SIZE)
-        data_file = DATA_PATH.format(chunk_index=chunk_index, file_index=file_index)
-        state = (copy.deepcopy(w.episodes), copy.deepcopy(w.stats), dict(w.tasks), w.total_frames)
-        _begin(w.root, data_file)
+        recorder are back at the last saved episode (the failed one is dropped), and the error is raised."""
         try:
-            index = w.save_episode()
+            return self.writer.save_episode()
         except BaseException:
-            repair_recording(w.root)
-            w.episodes, w.stats, w.tasks, w.total_frames = state
-            w.discard_episode()
+            self.writer.discard_episode()
             raise
-        _commit(w.root)
-        return index
 
     def discard_episode(self) -> None:
         self.writer.discard_episode()

@@ -9,16 +9,24 @@ The on-disk layout is LeRobot's own, so ``lerobot.datasets.LeRobotDataset(repo_i
     data/chunk-000/file-NNN.parquet          frames: features + timestamp, frame_index, episode_index, index, task_index
 
 Vector features are fixed-size float32 / int64 / bool lists; ``image`` features are PNG bytes inside the parquet
-(LeRobot's image dtype, no video encoding). Each episode goes to its own data file, written under a temporary name
-and renamed, and the metadata is rewritten after every episode: a crash while recording loses at most the episode
-in progress, and the dataset on disk is always readable.
+(LeRobot's image dtype, no video encoding). Each episode goes to its own data file.
+
+Crash consistency for every reader (LeRobot, pyarrow, ours): a save builds the next version of the whole dataset in a
+sibling directory ``.<name>.staging`` (the existing files hard-linked, the new data file and all metadata written
+there and synced), then swaps it with the dataset directory in one atomic step (``renameat2(RENAME_EXCHANGE)``) and
+deletes the old version. Killed at any point, the directory holds either the previous or the new dataset, never a
+mix. Where the exchange is not available (not Linux, or a file system without it) the swap is two renames, and
+``recover_dataset`` puts the previous version back if a crash fell between them.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +60,95 @@ def _atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file or a directory to disk (best effort where a file system cannot sync directories)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def staging_dir(root: Path) -> Path:
+    return root.parent / f".{root.name}.staging"
+
+
+def retired_dir(root: Path) -> Path:
+    return root.parent / f".{root.name}.retired"
+
+
+RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two directories (Linux renameat2 RENAME_EXCHANGE); False where that is not available."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
+
+
+def _publish(staging: Path, root: Path) -> None:
+    """Make the complete version in ``staging`` the dataset at ``root``: one atomic swap, then the old one goes."""
+    if _exchange(staging, root):
+        _fsync(root.parent)
+        shutil.rmtree(staging)
+        return
+    retired = retired_dir(root)  # fallback: two renames; recover_dataset repairs a crash between them
+    os.rename(root, retired)
+    os.rename(staging, root)
+    _fsync(root.parent)
+    shutil.rmtree(retired)
+
+
+def recover_dataset(root: str | Path) -> bool:
+    """Clean up after a save that was killed: an unpublished staging copy is deleted, and (fallback swap only) the
+    previous version is put back if the crash fell between its two renames. True if anything was found."""
+    root = Path(root)
+    found = False
+    retired = retired_dir(root)
+    if retired.is_dir():
+        found = True
+        if not root.exists():
+            os.rename(retired, root)
+        else:
+            shutil.rmtree(retired)
+    staging = staging_dir(root)
+    if staging.exists():
+        found = True
+        shutil.rmtree(staging)
+    return found
+
+
+def _stage(root: Path, staging: Path) -> None:
+    """A copy of the dataset at ``root`` in ``staging`` that shares the files' data (hard links; a copy where links
+    are not possible). New versions of files are written next to it and renamed over it, never into it."""
+    shutil.rmtree(staging, ignore_errors=True)
+    for path in sorted(root.rglob("*")):
+        target = staging / path.relative_to(root)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif not path.name.endswith(".tmp"):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, target)
+            except OSError:
+                shutil.copy2(path, target)
 
 
 def _stats(values: np.ndarray, image: bool) -> dict[str, list]:
@@ -110,8 +207,8 @@ class LeRobotDatasetWriter:
         self.stats: dict[str, dict[str, list]] = {}
         self.total_frames = 0
         self._buffer: list[tuple[dict[str, Any], str]] = []
-        (self.root / "meta").mkdir(parents=True, exist_ok=True)
-        self._write_meta()
+        recover_dataset(self.root)  # a staging copy left by a killed writer of the same name
+        self._write_meta(self.root, [], {}, 0)
 
     def add_frame(self, frame: dict[str, Any], task: str) -> None:
         missing = set(self.features) - set(frame)
@@ -132,8 +229,9 @@ class LeRobotDatasetWriter:
         n = len(self._buffer)
         frames = [f for f, _ in self._buffer]
         tasks = [t for _, t in self._buffer]
-        for t in tasks:
-            self.tasks.setdefault(t, len(self.tasks))
+        new_tasks = [t for t in dict.fromkeys(tasks) if t not in self.tasks]
+        for t in new_tasks:
+            self.tasks[t] = len(self.tasks)
         columns: dict[str, Any] = {}
         types: dict[str, Any] = {}
         episode_stats: dict[str, dict[str, list]] = {}
@@ -163,12 +261,6 @@ class LeRobotDatasetWriter:
         table = pa.table({k: pa.array(columns[k], type=types[k]) for k in columns})
 
         chunk_index, file_index = divmod(episode_index, CHUNK_SIZE)
-        path = self.root / DATA_PATH.format(chunk_index=chunk_index, file_index=file_index)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(table, tmp, compression="snappy")
-        os.replace(tmp, path)
-
         row: dict[str, Any] = {"episode_index": episode_index, "tasks": sorted(set(tasks)), "length": n,
                                "data/chunk_index": chunk_index, "data/file_index": file_index,
                                "dataset_from_index": self.total_frames, "dataset_to_index": self.total_frames + n,
@@ -176,43 +268,69 @@ class LeRobotDatasetWriter:
         for name, st in episode_stats.items():
             for key, value in st.items():
                 row[f"stats/{name}/{key}"] = value
-        self.episodes.append(row)
+        stats = dict(self.stats)
         for name, st in episode_stats.items():
-            self.stats[name] = _merge_stats(self.stats.get(name), st)
-        self.total_frames += n
+            stats[name] = _merge_stats(stats.get(name), st)
+        episodes = [*self.episodes, row]
+        total_frames = self.total_frames + n
+        # the writer's state changes only once the new version is on disk: a failure leaves both as they were
+        staging = staging_dir(self.root)
+        try:
+            _stage(self.root, staging)
+            data_path = staging / DATA_PATH.format(chunk_index=chunk_index, file_index=file_index)
+            data_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = data_path.with_name(f".{data_path.name}.tmp")
+            pq.write_table(table, tmp, compression="snappy")
+            os.replace(tmp, data_path)
+            written = [data_path, *self._write_meta(staging, episodes, stats, total_frames)]
+            for path in written:
+                _fsync(path)
+            for directory in {p.parent for p in written} | {staging}:
+                _fsync(directory)
+            _publish(staging, self.root)
+        except BaseException:
+            for task in new_tasks:
+                del self.tasks[task]
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        self.episodes, self.stats, self.total_frames = episodes, stats, total_frames
         self._buffer.clear()
-        self._write_meta()
         return episode_index
 
     def discard_episode(self) -> None:
         self._buffer.clear()
 
-    def _write_meta(self) -> None:
+    def _write_meta(self, root: Path, episodes: list[dict[str, Any]], stats: dict[str, dict[str, list]],
+                    total_frames: int) -> list[Path]:
+        """Write the metadata of a dataset with these episodes under ``root`` (each file under a temporary name,
+        then renamed: a hard-linked previous version is never written into); the paths written."""
         info = {
             "codebase_version": CODEBASE_VERSION, "robot_type": self.robot_type,
-            "total_episodes": len(self.episodes), "total_frames": self.total_frames, "total_tasks": len(self.tasks),
+            "total_episodes": len(episodes), "total_frames": total_frames, "total_tasks": len(self.tasks),
             "chunks_size": CHUNK_SIZE, "data_files_size_in_mb": 100, "video_files_size_in_mb": 200,
-            "fps": self.fps, "splits": {"train": f"0:{len(self.episodes)}"} if self.episodes else {},
+            "fps": self.fps, "splits": {"train": f"0:{len(episodes)}"} if episodes else {},
             "data_path": DATA_PATH, "video_path": None, "features": {**self.features, **DEFAULT_FEATURES},
         }
-        _atomic_write_text(self.root / "meta" / "info.json", json.dumps(info, indent=4))
-        if not self.episodes:
-            return
-        _atomic_write_text(self.root / "meta" / "stats.json", json.dumps(self.stats, indent=4))
+        (root / "meta").mkdir(parents=True, exist_ok=True)
+        _atomic_write_text(root / "meta" / "info.json", json.dumps(info, indent=4))
+        if not episodes:
+            return [root / "meta" / "info.json"]
+        _atomic_write_text(root / "meta" / "stats.json", json.dumps(stats, indent=4))
         import pandas as pd  # LeRobot reads tasks.parquet with pandas and looks tasks up by index
 
         tasks = pd.DataFrame({"task_index": list(self.tasks.values())}, index=list(self.tasks))
-        tmp = self.root / "meta" / ".tasks.parquet.tmp"
+        tmp = root / "meta" / ".tasks.parquet.tmp"
         tasks.to_parquet(tmp)
-        os.replace(tmp, self.root / "meta" / "tasks.parquet")
+        os.replace(tmp, root / "meta" / "tasks.parquet")
         pa, pq = _require_arrow()
-        path = self.root / EPISODES_PATH
+        path = root / EPISODES_PATH
         path.parent.mkdir(parents=True, exist_ok=True)
-        keys = list(self.episodes[0])
-        table = pa.table({k: [e[k] for e in self.episodes] for k in keys})
+        keys = list(episodes[0])
+        table = pa.table({k: [e[k] for e in episodes] for k in keys})
         tmp = path.with_name(f".{path.name}.tmp")
         pq.write_table(table, tmp)
         os.replace(tmp, path)
+        return [root / "meta" / name for name in ("info.json", "stats.json", "tasks.parquet")] + [path]
 
 
 def _png(image: np.ndarray) -> bytes:

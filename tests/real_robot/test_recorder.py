@@ -1,91 +1,89 @@
-"""Issue 14, item 12: a recorded episode appears all at once, after a failure inside ``save_episode`` and after a
-crash of the process in the middle of it."""
+"""A recorded episode appears all at once, for every reader: after a failure inside ``save_episode``, and after the
+process is killed at any step of it (pyarrow here; LeRobot's own LeRobotDataset in test_recorder_lerobot.py)."""
 
 import os
 import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 from rlrobot.data import lerobot_dataset
-from rlrobot.data.lerobot_dataset import read_lerobot_dataset
-from rlrobot.real_robot.recorder import EpisodeRecorder, read_recording, repair_recording
+from rlrobot.data.lerobot_dataset import read_lerobot_dataset, staging_dir
+
+from .crash_points import every_crash_point, new_recorder, pyarrow_view, record, version
 
 
-def record(recorder, n=30, seed=0):
-    rng = np.random.default_rng(seed)
-    for _ in range(n):
-        reading = {"qpos": rng.normal(size=6)}
-        recorder.add_frame(reading, {"state": rng.normal(size=(1, 9))}, rng.normal(size=4), rng.normal(size=6), "reach", 0)
+def test_a_kill_at_every_step_of_a_save_leaves_the_old_or_the_new_dataset_for_pyarrow(tmp_path):
+    rows = every_crash_point(tmp_path, lambda root: version(pyarrow_view(root)))
+    print("\ncrash point -> what pyarrow sees (every parquet file and the JSON metadata)")
+    for k, step, seen in rows:
+        print(f"{k:3d}  {step:40s} {seen}")
+    assert all(seen in ("old", "new") for _, _, seen in rows), [r for r in rows if r[2] not in ("old", "new")]
+    exchange = next(k for k, step, _ in rows if step.startswith("_exchange"))
+    assert all(seen == ("old" if k <= exchange else "new") for k, _, seen in rows)  # the exchange is the one switch
 
 
-def new_recorder(root):
-    return EpisodeRecorder(root, 25, 9, 4, tuple(f"j{i}" for i in range(6)))
+def test_a_killed_save_leaves_at_most_a_hidden_staging_copy_that_repair_removes(tmp_path):
+    from rlrobot.real_robot.recorder import read_recording, repair_recording
+
+    def visit(root):
+        leftover = staging_dir(root).exists()
+        ds = read_recording(root)  # repairs first
+        return leftover, staging_dir(root).exists(), ds["info"]["total_episodes"], ds["orphan_frames"], repair_recording(root)
+
+    rows = every_crash_point(tmp_path, visit)
+    assert any(leftover for _, _, (leftover, *_rest) in rows)
+    assert all(not after and orphans == 0 and not again for _, _, (_, after, _, orphans, again) in rows)
 
 
-def consistent(ds, episodes, frames):
-    return (ds["info"]["total_episodes"] == episodes and ds["info"]["total_frames"] == frames
-            and len(ds["episodes"]) == episodes and len(ds["frames"]["index"]) == frames)
+@pytest.mark.parametrize("fail_at", ["write_table", "to_parquet", "_exchange"])
+def test_a_failure_inside_save_episode_leaves_the_last_saved_dataset(tmp_path, monkeypatch, fail_at):
+    import pandas as pd
+    import pyarrow.parquet as pq
 
-
-@pytest.mark.parametrize("fail_at", ["after the data file", "after the episode table"])
-def test_a_failure_inside_save_episode_leaves_the_last_committed_dataset(tmp_path, monkeypatch, fail_at):
     rec = new_recorder(tmp_path / "ds")
     record(rec)
     rec.save_episode()
     record(rec, seed=1)
-    original_write_meta = lerobot_dataset.LeRobotDatasetWriter._write_meta
-    original_atomic = lerobot_dataset._atomic_write_text
+    owner = {"write_table": pq, "to_parquet": pd.DataFrame, "_exchange": lerobot_dataset}[fail_at]
 
-    def crash(*args, **kwargs):
+    def disk_full(*args, **kwargs):
         raise OSError("disk full")
 
-    if fail_at == "after the data file":
-        monkeypatch.setattr(lerobot_dataset.LeRobotDatasetWriter, "_write_meta", crash)
-    else:  # the writer rewrites info.json first: fail at stats.json, with info.json already ahead of the table
-        def atomic(path, text):
-            if path.name == "stats.json":
-                raise OSError("disk full")
-            return original_atomic(path, text)
-
-        monkeypatch.setattr(lerobot_dataset, "_atomic_write_text", atomic)
+    monkeypatch.setattr(owner, fail_at, disk_full)
     with pytest.raises(OSError, match="disk full"):
         rec.save_episode()
-    monkeypatch.setattr(lerobot_dataset.LeRobotDatasetWriter, "_write_meta", original_write_meta)
-    monkeypatch.setattr(lerobot_dataset, "_atomic_write_text", original_atomic)
-    # the plain reader (and LeRobot's, which reads every data file) sees exactly the committed episode
-    assert consistent(read_lerobot_dataset(tmp_path / "ds"), 1, 30)
-    assert not (tmp_path / "ds" / "meta" / ".journal").exists()
-    # and the recorder goes on from there
-    record(rec, seed=2)
+    monkeypatch.undo()
+    assert version(pyarrow_view(tmp_path / "ds")) == "old" and not staging_dir(tmp_path / "ds").exists()
+    record(rec, seed=2)  # and the recorder goes on from there
     assert rec.save_episode() == 1
     ds = read_lerobot_dataset(tmp_path / "ds")
-    assert consistent(ds, 2, 60) and sorted(set(ds["frames"]["episode_index"])) == [0, 1]
+    assert ds["info"]["total_episodes"] == 2 and sorted(set(ds["frames"]["episode_index"])) == [0, 1]
 
 
-def test_a_crash_mid_save_is_repaired_and_the_reader_trusts_the_metadata(tmp_path):
-    """The process dies (os._exit) after the data file of episode 2 is written, before its metadata."""
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_real_kill_around_the_exchange_leaves_a_consistent_dataset(tmp_path, when):
+    """The process really dies (os._exit) just before or just after the atomic exchange."""
     root = tmp_path / "ds"
     script = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(__file__)))!r})
         from rlrobot.data import lerobot_dataset
-        from tests.real_robot.test_recorder import new_recorder, record
+        from tests.real_robot.crash_points import new_recorder, record
         rec = new_recorder({str(root)!r})
         record(rec)
         rec.save_episode()
         record(rec, seed=1)
-        lerobot_dataset.LeRobotDatasetWriter._write_meta = lambda self: os._exit(3)
+        exchange = lerobot_dataset._exchange
+        def die(a, b):
+            if {when!r} == "after":
+                exchange(a, b)
+            os._exit(3)
+        lerobot_dataset._exchange = die
         rec.save_episode()
     """)
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert p.returncode == 3, p.stderr
-    assert (root / "data" / "chunk-000" / "file-001.parquet").is_file()  # the orphan the crash left
-    assert read_recording(root, repair=False)["orphan_frames"] == 30  # trusted metadata: ignored even unrepaired
-    assert consistent(read_recording(root, repair=False), 1, 30)
-    assert repair_recording(root) and not repair_recording(root)  # idempotent
-    assert not (root / "data" / "chunk-000" / "file-001.parquet").exists()
-    ds = read_lerobot_dataset(root)
-    assert consistent(ds, 1, 30) and read_recording(root)["orphan_frames"] == 0
+    assert version(pyarrow_view(root)) == ("old" if when == "before" else "new")
+    assert staging_dir(root).exists()  # the hidden leftover (the new version unpublished, or the old one)
