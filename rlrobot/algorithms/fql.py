@@ -15,7 +15,9 @@ our networks never meet openpi's, so no conversion is needed). z ~ N(0, I) is th
 - Critics Q_phi_1, Q_phi_2 (LayerNorm MLPs), TD to the Polyak-averaged targets phi-bar (rate tau):
       L_Q(phi) = E ( Q_phi_j(s, a) - y )^2,  y = r + gamma (1 - terminal) agg_j Q_phi-bar_j(s', clip(mu_omega(s', z')))
   agg = mean (the reference default) or min; a time-out bootstraps (only a termination cuts the return).
-- Acting: a = clip(mu_omega(s, z)), z ~ N(0, I) (the paper evaluates with sampled noise; ``deterministic`` feeds z = 0).
+- Acting: a = clip(mu_omega(s, z)), z ~ N(0, I), as the reference evaluates (``act_noise="zero"`` feeds z = 0: a
+  deterministic policy). The draws come from torch's global RNG, which evaluation seeds inside a fork, so they never
+  touch the training stream.
 
 Reference defaults: lr 3e-4, batch 256, 4 x 512 MLPs (critics with LayerNorm, actors without), tau 0.005, F = 10,
 alpha 10 (300 on OGBench cube / scene), q_agg mean. Here ``hidden`` sizes all four networks (CPU presets: 2 x 256).
@@ -155,6 +157,7 @@ def td_target(rewards: torch.Tensor, terminals: torch.Tensor, gamma: float, next
 
 # ---------------------------------------------------------------------------------------------- the algorithm
 Q_AGGREGATIONS = ("mean", "min")
+ACT_NOISE = ("sampled", "zero")
 
 
 @dataclass
@@ -171,6 +174,9 @@ class FQLConfig(OfflineConfig):
     """scale the actor's Q term by 1 / E|Q| (stop-gradient), making alpha independent of the reward scale"""
     q_weight: float = 1.0
     """weight of the actor's Q term (0 = the one-step policy is a pure distillation of the BC flow: an ablation)"""
+    act_noise: Literal["sampled", "zero"] = "sampled"
+    """the noise z the policy acts from in evaluation and deployment: sampled z ~ N(0, I), as the reference evaluates
+    (every reported figure), or zero (a deterministic policy)"""
 
     def validate(self, run) -> None:
         super().validate(run)
@@ -183,6 +189,8 @@ class FQLConfig(OfflineConfig):
             raise ValueError(f"{name}.tau must be in (0, 1], got {self.tau}")
         if self.q_agg not in Q_AGGREGATIONS:
             raise ValueError(f"{name}.q_agg={self.q_agg!r} is not one of {Q_AGGREGATIONS}")
+        if self.act_noise not in ACT_NOISE:
+            raise ValueError(f"{name}.act_noise={self.act_noise!r} is not one of {ACT_NOISE}")
 
 
 @register_offline("fql")
@@ -251,9 +259,14 @@ class FQL(OfflineAlgorithm):
 
     @torch.no_grad()
     def act(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
+        """mu_omega(s, z) with z as ``act_noise`` says (the policy is stochastic by construction whatever ``deterministic``)."""
         s = self.normalize({k: v.to(self.device) for k, v in obs.items()})
-        z = torch.zeros(s.shape[0], self.action_dim, device=self.device) if deterministic else self.noise(s.shape[0])
-        return self.onestep_actions(s, z)
+        return self.onestep_actions(s, acting_noise(self.cfg.act_noise, s.shape[0], self.action_dim, self.device))
+
+
+def acting_noise(kind: str, n: int, dim: int, device: torch.device) -> torch.Tensor:
+    """The noise a flow policy acts from: z ~ N(0, I) from torch's global RNG (evaluation seeds it inside a fork), or 0."""
+    return torch.zeros(n, dim, device=device) if kind == "zero" else torch.randn(n, dim, device=device)
 
 
 def fused_adam(device: torch.device) -> dict[str, bool]:

@@ -16,8 +16,8 @@ time. V is an ensemble of E LayerNorm MLPs (E = 10), V-bar its Polyak average (r
       L_pi(theta) = alpha L_BC(theta) - E mean_j V_j(s, x^f + v_theta(s, x^f, f) min(1/F, 1 - f), min(f + 1/F, 1))
   with x^f = (1 - f) z + f A, f ~ U(0, 1) shared by both terms; padded actions past an episode's end are masked out
   of L_BC. Only theta gets the actor gradient.
-- Acting: an EMA copy of the actor (decay beta = 0.999) integrates F = 10 Euler steps from z ~ N(0, I) (z = 0 when
-  ``deterministic``); the h actions of the chunk run open-loop, then the actor re-plans.
+- Acting: an EMA copy of the actor (decay beta = 0.999) integrates F = 10 Euler steps from z ~ N(0, I), as the
+  reference evaluates (``act_noise="zero"``: z = 0); the h actions of the chunk run open-loop, then the actor re-plans.
 
 Reference defaults: h 3, alpha 1, kappa 0.5, rho 0, E 10, 4 x 512 MLPs, lr 3e-4, batch 256, tau 0.005, beta 0.999,
 F 10, gamma 0.99; manipulation (OGBench cube / scene / puzzle): h 5, rho 0.5, kappa 0.7-0.9, alpha 1-10.
@@ -27,10 +27,21 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
-from rlrobot.algorithms.fql import Critic, VectorField, VelocityFn, aggregate, fused_adam, integrate_flow, interpolate
+from rlrobot.algorithms.fql import (
+    ACT_NOISE,
+    Critic,
+    VectorField,
+    VelocityFn,
+    acting_noise,
+    aggregate,
+    fused_adam,
+    integrate_flow,
+    interpolate,
+)
 from rlrobot.algorithms.offline import (
     OfflineAlgorithm,
     OfflineConfig,
@@ -99,6 +110,9 @@ class RQLConfig(OfflineConfig):
     """Polyak rate of the target values"""
     ema: float = 0.999
     """decay of the EMA actor that acts"""
+    act_noise: Literal["sampled", "zero"] = "sampled"
+    """the noise z the policy acts from in evaluation and deployment: sampled z ~ N(0, I), as the reference evaluates
+    (every reported figure), or zero (a deterministic policy)"""
 
     def validate(self, run) -> None:
         super().validate(run)
@@ -116,6 +130,8 @@ class RQLConfig(OfflineConfig):
             raise ValueError(f"{name}.tau must be in (0, 1], got {self.tau}")
         if not 0.0 <= self.ema < 1.0:
             raise ValueError(f"{name}.ema must be in [0, 1), got {self.ema}")
+        if self.act_noise not in ACT_NOISE:
+            raise ValueError(f"{name}.act_noise={self.act_noise!r} is not one of {ACT_NOISE}")
 
 
 @register_offline("rql")
@@ -181,9 +197,9 @@ class RQL(OfflineAlgorithm):
 
     @torch.no_grad()
     def act(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
-        """A chunk [N, h, A] from the EMA actor (F Euler steps from z; z = 0 when deterministic)."""
+        """A chunk [N, h, A] from the EMA actor (F Euler steps from z as ``act_noise`` says, whatever ``deterministic``)."""
         s = self.normalize({k: v.to(self.device) for k, v in obs.items()})
-        z = torch.zeros(s.shape[0], self.chunk_dim, device=self.device) if deterministic else self.noise(s.shape[0])
+        z = acting_noise(self.cfg.act_noise, s.shape[0], self.chunk_dim, self.device)
         chunk = integrate_flow(self.networks["ema_actor"], s, z, self.cfg.flow_steps)
         return chunk.view(s.shape[0], self.cfg.horizon, self.action_dim)
 

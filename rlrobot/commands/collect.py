@@ -1,7 +1,8 @@
 """``rlrobot collect``: scripted-expert demonstrations of a native task, written as a LeRobotDataset (the layout in
 ``rlrobot.data.demonstrations``); ``--recipe`` writes one of the offline-RL dataset recipes (``rlrobot.data.recipes``:
 expert, noisy at several levels, mixed, play). Every frame stores reward, success, ``next.done`` (LeRobot's) and
-``next.terminated`` / ``next.truncated`` apart (an MDP end vs a time-out)."""
+``next.terminated`` / ``next.truncated`` apart (an MDP end vs a time-out), and ``next.observation.state`` (s', the true
+final observation where an episode ended, so a time-out bootstraps from it)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rich.console import Console
 
 from rlrobot.data.demonstrations import INSTRUCTION_KEYS, RLROBOT_META, image_feature, obs_feature
 from rlrobot.data.lerobot_dataset import LeRobotDatasetWriter
+from rlrobot.data.transitions import NEXT_STATE
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
 
@@ -107,6 +109,8 @@ def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
     expert_labels = args.label == "expert"
     if expert_labels:
         features["action.executed"] = {"dtype": "float32", "shape": [action_dim], "names": None}
+    if "state" in obs_space.spaces:  # s' of every frame, the true final observation at an episode's end
+        features[NEXT_STATE] = {"dtype": "float32", "shape": list(obs_space["state"].shape), "names": None}
     features["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
     features["next.done"] = {"dtype": "bool", "shape": [1], "names": None}
     features["next.success"] = {"dtype": "bool", "shape": [1], "names": None}
@@ -132,6 +136,8 @@ def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = (terminated | truncated).numpy()
         host = {k: v.numpy() for k, v in obs.items() if k not in INSTRUCTION_KEYS}
+        if NEXT_STATE in features:  # same-step autoreset: an ended episode's s' is info["final_obs"], not next_obs
+            next_state = np.where(done[:, None], info["final_obs"]["state"].numpy(), next_obs["state"].numpy())
         label = behaviour.expert_label if expert_labels else action
         for i in range(env.num_envs):
             frame: dict[str, Any] = {"action": label[i].numpy().astype(np.float32),
@@ -142,6 +148,8 @@ def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
                                      "next.truncated": np.array([bool(truncated[i])])}
             if expert_labels:
                 frame["action.executed"] = action[i].numpy().astype(np.float32)
+            if NEXT_STATE in features:
+                frame[NEXT_STATE] = next_state[i].astype(np.float32)
             for key, value in host.items():
                 frame[obs_feature(key)] = value[i] if key == "state" else value[i].transpose(1, 2, 0)
             buffers[i].append(frame)

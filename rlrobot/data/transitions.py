@@ -13,8 +13,10 @@ Features read (LeRobot's names; ``rlrobot collect`` writes all of them):
 - Episode ends: ``next.terminated`` (an MDP end: no bootstrap) and ``next.truncated`` (a time-out: bootstrap from
   s') when stored. Datasets with only LeRobot's ``next.done`` (or none, e.g. a recording) end each episode with a
   time-out, except an episode ending done before ``max_episode_steps`` (from ``meta/rlrobot.json``), which terminated.
-- s' is the next frame's observation; the last frame of an episode has no stored successor and uses its own (its
-  transition is a time-out or a termination, where s' weighs little or nothing).
+- s' is ``next.observation.state`` where the dataset stores it (``rlrobot collect`` does: at an episode's end it is
+  the true final observation, which a time-out bootstraps from). Otherwise s' is the next frame's observation, and
+  the last frame of an episode, which has no stored successor, uses its own: exact for a termination (no bootstrap),
+  an approximation for a time-out, whose count the loader reports (``info["timeouts_without_next_obs"]``).
 
 MC return: the discounted return-to-go inside the episode (``gamma`` fixed at load), Cal-QL's reference value.
 """
@@ -31,6 +33,8 @@ import torch
 from torch import Tensor
 
 RLROBOT_META = "meta/rlrobot.json"
+NEXT_STATE = "next.observation.state"
+"""s' of every frame (the true final observation at an episode's end), written by ``rlrobot collect``"""
 
 
 @dataclass
@@ -136,6 +140,14 @@ class Transitions:
     def with_actions(self, actions: Tensor) -> Transitions:
         return replace(self, actions=actions)
 
+    def bootstrap_note(self) -> str:
+        """What the loader could not give exactly: '' or a clause on the time-outs that bootstrap from their own obs."""
+        count = self.info.get("timeouts_without_next_obs", 0)
+        if not count:
+            return ""
+        return (f"; {count} time-out transition{'s' if count > 1 else ''} bootstrap from a copy of their last observation "
+                f"(the dataset has no {NEXT_STATE!r})")
+
     def episode_stats(self) -> dict[str, float]:
         """What a user trains on: episodes, transitions, success rate (the episode's last frame) and mean return."""
         ends = torch.unique(self.episode_end)
@@ -160,16 +172,19 @@ def _episode_ends(episode_index: Tensor) -> Tensor:
 
 def from_arrays(state: np.ndarray, actions: np.ndarray, rewards: np.ndarray, episode_index: np.ndarray,
                 terminals: np.ndarray, truncations: np.ndarray, success: np.ndarray, gamma: float,
-                device: torch.device | str = "cpu", has_rewards: bool = True, info: dict[str, Any] | None = None
-                ) -> Transitions:
-    """Transitions from per-frame arrays with episodes contiguous and in order; s' and MC returns derived."""
+                device: torch.device | str = "cpu", has_rewards: bool = True, info: dict[str, Any] | None = None,
+                next_state: np.ndarray | None = None) -> Transitions:
+    """Transitions from per-frame arrays with episodes contiguous and in order; MC returns derived, and s' too unless
+    ``next_state`` gives it (the last frame of an episode then has its true final observation)."""
     n = len(actions)
     episode_index = np.asarray(episode_index, np.int64).reshape(n)
     last = np.ones(n, bool)
     last[:-1] = episode_index[1:] != episode_index[:-1]
     state = np.asarray(state, np.float32)
-    next_state = state.copy()
-    next_state[:-1][~last[:-1]] = state[1:][~last[:-1]]
+    if next_state is None:
+        next_state = state.copy()
+        next_state[:-1][~last[:-1]] = state[1:][~last[:-1]]
+    next_state = np.asarray(next_state, np.float32)
     rewards = np.asarray(rewards, np.float32).reshape(n)
     returns = np.zeros(n, np.float64)
     running = 0.0
@@ -178,6 +193,9 @@ def from_arrays(state: np.ndarray, actions: np.ndarray, rewards: np.ndarray, epi
         returns[i] = running
     terminals = np.asarray(terminals, bool).reshape(n) & last
     truncations = (np.asarray(truncations, bool).reshape(n) | last) & ~terminals
+    info = dict(info or {})
+    if not info.get("stores_next_obs"):  # time-outs that bootstrap from a copy of their own last observation
+        info["timeouts_without_next_obs"] = int((truncations & last).sum())
 
     def t(x: np.ndarray, dtype=None) -> Tensor:
         return torch.as_tensor(np.ascontiguousarray(x), dtype=dtype, device=device)
@@ -186,7 +204,7 @@ def from_arrays(state: np.ndarray, actions: np.ndarray, rewards: np.ndarray, epi
                        next_obs={"state": t(next_state)}, terminals=t(terminals), truncations=t(truncations),
                        mc_returns=t(returns.astype(np.float32)), episode_index=t(episode_index),
                        success=t(np.asarray(success, bool).reshape(n)), gamma=gamma, has_rewards=has_rewards,
-                       info=dict(info or {}))
+                       info=info)
 
 
 def _read_columns(root: Path, info: dict[str, Any], names: list[str]) -> dict[str, np.ndarray]:
@@ -278,7 +296,8 @@ def load_transitions(root: str | Path, *, obs_keys: tuple[str, ...] = ("state",)
                                control_mode=control_mode)
     features = info["features"]
     key = action_feature(features)
-    optional = [n for n in ("next.reward", "next.done", "next.terminated", "next.truncated", "next.success") if n in features]
+    optional = [n for n in ("next.reward", "next.done", "next.terminated", "next.truncated", "next.success", NEXT_STATE)
+                if n in features]
     cols = _read_columns(root, info, ["observation.state", key, *optional])
     if not cols or len(cols["index"]) == 0:
         raise ValueError(f"dataset {root} is empty (no frames in data/)")
@@ -307,10 +326,11 @@ def load_transitions(root: str | Path, *, obs_keys: tuple[str, ...] = ("state",)
     if np.abs(actions).max() > 1.0 + 1e-4:
         raise ValueError(f"dataset feature {key!r} holds values outside [-1, 1] (max |a| {np.abs(actions).max():.3g}); "
                          "offline algorithms need the task's normalised action space")
+    stores_next_obs = NEXT_STATE in cols
     return from_arrays(cols["observation.state"], actions, rewards, episode_index, terminals, truncations, success,
-                       gamma, device, has_rewards=has_rewards,
+                       gamma, device, has_rewards=has_rewards, next_state=cols[NEXT_STATE] if stores_next_obs else None,
                        info={"path": str(root.resolve()), "action_feature": key, "recipe": meta.get("recipe"),
-                             "task": meta.get("task")})
+                             "task": meta.get("task"), "stores_next_obs": stores_next_obs})
 
 
 def synthetic_transitions(episode_lengths: tuple[int, ...] = (20, 20, 20, 20), obs_dim: int = 4, action_dim: int = 2,

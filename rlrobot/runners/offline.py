@@ -56,11 +56,13 @@ class OfflineRunner(Runner):
         self.policy = self.algo.policy
         stats = self.data.episode_stats()
         self.meta["dataset"] = {"path": str(Path(cfg.dataset).resolve()), **stats,
-                                **{k: v for k, v in self.data.info.items() if k in ("recipe", "labelled_fraction",
-                                                                                     "labelled_episodes", "inverse_dynamics")}}
+                                **{k: v for k, v in self.data.info.items()
+                                   if k in ("recipe", "timeouts_without_next_obs", "labelled_fraction", "labelled_episodes",
+                                            "inverse_dynamics")}}
         if self.is_main:
             console.print(f"{cfg.algo} on {stats['episodes']} episodes ({stats['transitions']} transitions) of "
-                          f"{cfg.dataset}: dataset success {stats['success_rate']:.2f}, return {stats['return_mean']:.2f}",
+                          f"{cfg.dataset}: dataset success {stats['success_rate']:.2f}, return {stats['return_mean']:.2f}"
+                          f"{self.data.bootstrap_note()}",
                           soft_wrap=True)
 
     @property

@@ -64,7 +64,7 @@ class WarmStartRunner(OffPolicyRunner):
             stats = data.episode_stats()
             console.print(f"{cfg.algo}: {stats['transitions']:,} offline transitions of {cfg.dataset} (success "
                           f"{stats['success_rate']:.2f}), {cfg.algorithm.offline_batch()} of each batch of "
-                          f"{cfg.algorithm.batch_size}", soft_wrap=True)
+                          f"{cfg.algorithm.batch_size}{data.bootstrap_note()}", soft_wrap=True)
         return data
 
     def _load_init(self, path: str) -> None:

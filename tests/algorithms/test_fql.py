@@ -3,6 +3,8 @@ learning run (rlrobot/algorithms/fql.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -112,26 +114,33 @@ def test_critic_ensemble_evaluates_members_independently():
     assert torch.equal(q2[0], q[0]) and torch.allclose(q2[1], torch.zeros(5))
 
 
-def test_act_is_in_range_deterministic_and_checkpoints_round_trip():
+def test_act_samples_z_as_the_reference_evaluates_and_checkpoints_round_trip():
     data = bandit_transitions(64, seed=0)
     cfg = FQLConfig(hidden=(16,), batch_size=16)
     algo = FQL(cfg, 2, 2, data, "cpu", torch.Generator().manual_seed(0))
     algo.update()
     obs = {"state": torch.randn(7, 2) * 3}
+    torch.manual_seed(4)
     a = algo.act(obs)
     assert a.shape == (7, 2) and float(a.abs().max()) <= 1.0
-    assert torch.equal(a, algo.act(obs))  # deterministic: z = 0
-    assert not torch.equal(algo.act(obs, deterministic=False), algo.act(obs, deterministic=False))
+    assert not torch.equal(a, algo.act(obs))  # z ~ N(0, I) on every call, deterministic or not
+    z = torch.randn(7, 2, generator=torch.Generator().manual_seed(9))
+    torch.manual_seed(9)
+    assert torch.equal(algo.act(obs), algo.onestep_actions(algo.normalize(obs), z))
+    zero = FQL(dataclasses.replace(cfg, act_noise="zero"), 2, 2, None, "cpu")
+    zero.networks.load_state_dict(algo.networks.state_dict())
+    assert torch.equal(zero.act(obs), algo.onestep_actions(algo.normalize(obs), torch.zeros(7, 2)))
     loaded = FQL(cfg, 2, 2, None, "cpu")
     loaded.networks.load_state_dict(algo.networks.state_dict())
     loaded.load_state_dict(algo.state_dict())
+    torch.manual_seed(4)
     assert torch.equal(loaded.act(obs), a) and loaded.updates == 1
     assert OFFLINE_ALGORITHMS["fql"] is FQL
 
 
 @pytest.mark.parametrize(("field", "value", "match"), [
     ("alpha", -1.0, "fql.alpha"), ("flow_steps", 0, "fql.flow_steps must be >= 1"), ("tau", 0.0, r"fql.tau must be in"),
-    ("q_agg", "max", "fql.q_agg='max' is not one of"),
+    ("q_agg", "max", "fql.q_agg='max' is not one of"), ("act_noise", "mean", "fql.act_noise='mean' is not one of"),
 ])
 def test_bad_config_is_refused_naming_the_field(field, value, match):
     run = train_config("fql", task="so101-push", dataset="somewhere")

@@ -3,6 +3,8 @@ and a small seeded learning run (rlrobot/algorithms/rql.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -130,8 +132,10 @@ def test_ema_actor_moves_by_one_minus_decay():
         assert torch.allclose(e, 0.9 * e_old + 0.1 * p, atol=1e-7)
     # acting uses the EMA actor, not the online one
     obs = {"state": torch.randn(5, 2)}
+    torch.manual_seed(0)
     ema_action = algo.act(obs)
     algo.networks["ema_actor"].load_state_dict(algo.networks["actor"].state_dict())
+    torch.manual_seed(0)
     assert not torch.allclose(ema_action, algo.act(obs))
 
 
@@ -142,12 +146,22 @@ def test_act_returns_chunks_in_range_and_checkpoints_round_trip():
     algo = RQL(cfg, 2, 2, data, "cpu", torch.Generator().manual_seed(0))
     algo.update()
     obs = {"state": torch.randn(7, 2) * 3}
+    torch.manual_seed(4)
     chunk = algo.act(obs)
     assert chunk.shape == (7, 3, 2) and float(chunk.abs().max()) <= 1.0
     assert algo.policy.chunk_size == 3 and algo.policy.sample_actions(obs).shape == (7, 3, 2)
+    # z ~ N(0, I) as the reference acts; act_noise='zero' is the deterministic policy
+    s = algo.normalize(obs)
+    z = torch.randn(7, 6, generator=torch.Generator().manual_seed(9))
+    torch.manual_seed(9)
+    assert torch.equal(algo.act(obs).flatten(1), integrate_flow(algo.networks["ema_actor"], s, z, cfg.flow_steps))
+    zero = RQL(dataclasses.replace(cfg, act_noise="zero"), 2, 2, None, "cpu")
+    zero.networks.load_state_dict(algo.networks.state_dict())
+    assert torch.equal(zero.act(obs).flatten(1), integrate_flow(algo.networks["ema_actor"], s, torch.zeros(7, 6), cfg.flow_steps))
     loaded = RQL(cfg, 2, 2, None, "cpu")
     loaded.networks.load_state_dict(algo.networks.state_dict())
     loaded.load_state_dict(algo.state_dict())
+    torch.manual_seed(4)
     assert torch.equal(loaded.act(obs), chunk) and loaded.updates == 1
 
 

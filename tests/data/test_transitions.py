@@ -94,6 +94,9 @@ def test_the_loader_keeps_termination_and_time_out_apart(tmp_path):
     # LeRobot's next.done alone: an episode that ends before max_episode_steps terminated, a full-length one timed out
     d = load(write(tmp_path / "b", [(4, True), (6, False)], meta={"task": "so101-push", "max_episode_steps": 6}))
     assert d.terminals.nonzero().flatten().tolist() == [3] and d.truncations.nonzero().flatten().tolist() == [9]
+    # without a stored s', the time-out bootstraps from a copy of its own last observation: counted and said
+    assert torch.equal(d.next_obs["state"][9], d.obs["state"][9])
+    assert d.info["timeouts_without_next_obs"] == 1 and "1 time-out transition bootstrap" in d.bootstrap_note()
 
 
 def test_datasets_that_do_not_fit_the_task_are_refused_naming_the_feature(tmp_path):
@@ -126,6 +129,12 @@ def test_collect_recipe_writes_terminated_and_truncated_and_loads(tmp_path):
     assert len(d) == 200 and d.num_episodes == 4 and d.info["recipe"] == "mixed"  # 50-step episodes
     assert d.truncations.sum() == 4 and not d.terminals.any()  # reach never terminates: every episode times out
     assert d.actions.abs().max() <= 1.0
+    # s' of a time-out is the episode's true final observation (stored), not a copy of its last frame's observation
+    ends = torch.nonzero(d.truncations).flatten()
+    assert d.info["stores_next_obs"] and "timeouts_without_next_obs" not in d.info and d.bootstrap_note() == ""
+    assert not torch.equal(d.next_obs["state"][ends], d.obs["state"][ends])
+    inner = torch.nonzero(~d.truncations).flatten()
+    assert torch.equal(d.next_obs["state"][inner], d.obs["state"][inner + 1])  # s' of the other frames: the next frame
     with pytest.raises(ValueError, match="recipe='expart' is not a dataset recipe; recipes: expert, noisy-low"):
         collect_demonstrations(CollectArgs(task="so101-reach", recipe="expart", out=str(tmp_path / "x")))
 
