@@ -206,6 +206,7 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
 
     import rlrobot
     from rlrobot.config import config_from_checkpoint
+    from rlrobot.envs.seeds import evaluation_seed
     from rlrobot.policies.registry import build_policy, check_compatible, policy_metadata
     from rlrobot.runners.checkpoint import load_checkpoint
     from rlrobot.runners.evaluation import evaluate
@@ -216,10 +217,10 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
     weights, saved, ckpt = load_checkpoint(args.checkpoint)
     cfg = config_from_checkpoint(saved)
     _override_flow_sampling(cfg, args)
-    # the run's final evaluation: env seed cfg.seed + 1, episode seed cfg.seed + 10_000 (rlrobot.runners.base)
+    # the run's final evaluation: env seed cfg.seed + 1, episode seed from the evaluation stream (rlrobot.envs.seeds)
     episodes = args.episodes or cfg.eval_episodes
     num_envs = args.num_envs or cfg.eval_envs
-    seed = cfg.seed + 10_000 if args.seed is None else args.seed
+    seed = evaluation_seed(cfg.seed) if args.seed is None else args.seed
     env_seed = cfg.seed + 1 if args.seed is None else args.seed
     if args.task is not None:
         from rlrobot.envs.registry import validate_task_id
@@ -262,7 +263,7 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
                       "what the run reported", soft_wrap=True)
     else:
         console.print(f"  seed {seed}, {episodes} episodes, {num_envs} envs: other episodes than the run's own final "
-                      f"evaluation (seed {cfg.seed + 10_000}, {cfg.eval_episodes} episodes, {cfg.eval_envs} envs), so the "
+                      f"evaluation (seed {evaluation_seed(cfg.seed)}, {cfg.eval_episodes} episodes, {cfg.eval_envs} envs), so the "
                       "numbers differ by sampling", soft_wrap=True)
     console.print(f"  wrote {out / 'eval.json'}" + (f" and {result['video']}" if "video" in result else ""), soft_wrap=True)
     return result

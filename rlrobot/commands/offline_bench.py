@@ -134,11 +134,12 @@ class ExpertPolicy:
 def behaviour_policy_result(task: str, seed: int, episodes: int, num_envs: int) -> dict[str, Any]:
     """The scripted expert without noise on the seeds an offline run's final evaluation uses (rlrobot.runners.base)."""
     import rlrobot
+    from rlrobot.envs.seeds import evaluation_seed
     from rlrobot.runners.evaluation import evaluate
 
     env = rlrobot.make(task, num_envs, seed=seed + 1)
     try:
-        return evaluate(ExpertPolicy(env), env, episodes, seed=seed + 10_000)
+        return evaluate(ExpertPolicy(env), env, episodes, seed=evaluation_seed(seed))
     finally:
         env.close()
 

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import rlrobot
 from rlrobot.config import TrainConfig
+from rlrobot.envs.seeds import evaluation_seed, training_seed
 from rlrobot.logging.loggers import Logger
 from rlrobot.logging.plots import plot_learning_curve
 from rlrobot.policies.registry import build_policy, check_compatible, policy_kind_of, policy_metadata
@@ -52,7 +53,7 @@ class Runner(abc.ABC):
             self.sync, self.device = NoSync(), torch.device(cfg.device)
         self.is_main = self.sync.rank == 0
         # each rank its own env batch, seed and exploration noise; parameters are broadcast from rank 0 at start
-        self.seed = cfg.seed + 1000 * self.sync.rank
+        self.seed = training_seed(cfg.seed, self.sync.rank)
         torch.manual_seed(self.seed)
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)  # minibatches, exploration
         self.env = rlrobot.make(cfg.task, cfg.num_envs, backend=cfg.backend, device=self.device, seed=self.seed,
@@ -176,7 +177,7 @@ class Runner(abc.ABC):
             self.env.set_state({"arrays": arrays, "rng": state["env"]["rng"]})
             self.obs = self.env.observe()
         else:  # adapters without state access (and ranks other than 0, whose env state is not saved) restart
-            self.obs, _ = self.env.reset(seed=self.seed + self.iteration)
+            self.obs, _ = self.env.reset(seed=training_seed(self.cfg.seed, self.sync.rank, self.iteration))
         if self.is_main:
             console.print(f"resumed {ckpt} at iteration {self.iteration} ({self.env_steps} env steps)")
         self.after_restore(ckpt)
@@ -370,7 +371,7 @@ class Runner(abc.ABC):
                            **cfg.task_options())
         try:
             path = self.out / "videos" / f"eval_{self.env_steps:09d}.mp4" if video else None
-            return evaluate(self.policy, env, cfg.eval_episodes, seed=cfg.seed + 10_000, video_path=path,
+            return evaluate(self.policy, env, cfg.eval_episodes, seed=evaluation_seed(cfg.seed), video_path=path,
                             video_episodes=cfg.video_episodes)
         finally:
             env.close()

@@ -20,6 +20,7 @@ from rlrobot.algorithms.flow_ppo import FlowPPO
 from rlrobot.algorithms.jsrl import LEARNER_KEY
 from rlrobot.algorithms.policytrim import ExecuteCurriculum
 from rlrobot.config import TrainConfig
+from rlrobot.envs.seeds import group_start_seed
 from rlrobot.policies.registry import check_compatible
 from rlrobot.rewards import set_steps_per_discount
 from rlrobot.runners.base import Runner, console
@@ -147,7 +148,7 @@ class FlowNFTRunner(FlowOnPolicyRunner):
         (object poses, targets, physics and camera randomisation): the group's episodes differ only by the policy's
         samples, so their outcomes rank the policy's chunks (GRPO / DiffusionNFT groups)."""
         env, size = self.env, self.section.group_size
-        env.reset(seed=self.seed + 1_000 * (self.iteration + 1))
+        env.reset(seed=group_start_seed(self.cfg.seed, self.sync.rank, self.iteration))
         state = env.get_state()
         leaders = torch.arange(env.num_envs).div(size, rounding_mode="floor").mul(size).numpy()
         arrays = {k: v[leaders] if getattr(v, "ndim", 0) >= 1 and v.shape[0] == env.num_envs else v
