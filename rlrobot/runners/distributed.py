@@ -1,7 +1,8 @@
 """Data-parallel training with torch.distributed, launched by ``torchrun --nproc-per-node N -m rlrobot train
 --distributed ...``.
 
-Each rank owns its env batch and seed (``rlrobot.envs.seeds.training_seed(seed, rank)``); parameters and buffers are broadcast from rank 0 at start;
+Each rank owns its env batch and seed (``rlrobot.envs.seeds.training_seed(seed, rank)``); parameters and buffers are
+broadcast from rank 0 at start;
 gradients are all-reduced (averaged) before every optimizer step; statistics that steer the update (advantage
 mean / std, the adaptive-lr KL) and the observation normaliser's data are reduced across ranks, so every rank takes
 exactly the step one process would take on the union of the batches. Rank 0 alone logs, checkpoints and evaluates.
