@@ -36,6 +36,21 @@ class ServerConnectError(ConnectionError):
 CONNECT_FAILURES = ("unreachable", "handshake", "tls", "auth", "protocol", "unknown")
 
 
+class HelloReplyMissing(TimeoutError):
+    """No frame that is the server's hello reply arrived in time; ``dropped`` counts what arrived instead."""
+
+    def __init__(self, timeout_s: float, dropped: dict[str, int]):
+        self.dropped = dropped
+        if not dropped:
+            what = "nothing arrived"
+        elif set(dropped) == {"unauthenticated"}:
+            what = (f"{dropped['unauthenticated']} frame(s) arrived that are not signed for this connection: the server "
+                    f"runs with another token, or something between us injects frames")
+        else:
+            what = "dropped " + ", ".join(f"{n} {code}" for code, n in sorted(dropped.items()))
+        super().__init__(f"no valid hello reply within {timeout_s:g} s ({what})")
+
+
 class PolicyClient:
     def __init__(self, url: str, token: str | None = None, timeout_s: float = 1.0, reconnect_interval_s: float = 0.2,
                  max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES, tls_ca: str | None = None):
@@ -109,23 +124,39 @@ class PolicyClient:
         keys = protocol.session_keys(self.secret, server_nonce, client_nonce)
         self._send(protocol.message("hello", 0, nonce=client_nonce, client="rlrobot"),
                    protocol.hello_key(self.secret, server_nonce))
-        frame = self._ws.recv(timeout=self.timeout_s)
-        try:
-            reply = protocol.decode(frame, keys[protocol.S2C], self.max_frame_bytes)
-        except protocol.ProtocolError:
-            refusal = self._unsigned_error(frame)
-            if refusal is not None:
-                refusal.from_server = True
-                raise refusal from None
-            raise
-        if reply["type"] == "error":  # (without a token we cannot tell a signed answer from an unsigned one)
-            refusal = protocol.ProtocolError(str(reply.get("code")), str(reply.get("message")))
-            refusal.from_server = True
-            raise refusal
-        if reply["type"] != "hello" or reply["seq"] != 1 or reply.get("request") != 1:
-            raise protocol.ProtocolError("bad_request", f"expected the hello answering request 1, got {reply['type']!r}")
+        reply = self._hello_reply(keys[protocol.S2C], time.monotonic() + self.timeout_s)
         self._keys, self._peer_seq = keys, 1
         return reply
+
+    def _hello_reply(self, key: bytes | None, deadline: float) -> dict[str, Any]:
+        """The server's hello reply, by the same rule as every answer: authenticated with K_s2c, seq 1, request 1.
+        Anything else is dropped (counted) until the deadline; an unsigned error frame is the server's refusal."""
+        dropped: collections.Counter[str] = collections.Counter()
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                frame = self._ws.recv(timeout=remaining)
+            except TimeoutError:
+                break
+            try:
+                reply = protocol.decode(frame, key, self.max_frame_bytes)
+            except protocol.ProtocolError as e:
+                refusal = self._unsigned_error(frame)
+                if refusal is not None:
+                    refusal.from_server = True
+                    raise refusal from None
+                dropped[e.code] += 1
+                continue
+            if reply["type"] == "error":  # (without a token we cannot tell a signed answer from an unsigned one)
+                refusal = protocol.ProtocolError(str(reply.get("code")), str(reply.get("message")))
+                refusal.from_server = True
+                raise refusal
+            if reply["type"] != "hello" or reply["seq"] != 1 or reply.get("request") != 1:
+                dropped["not the hello reply"] += 1
+                continue
+            self.dropped.update(dropped)
+            return reply
+        self.dropped.update(dropped)
+        raise HelloReplyMissing(self.timeout_s, dict(dropped))
 
     def _explain(self, e: Exception) -> ServerConnectError:
         """What a failed connect means for the operator: the cause and what to check, in one line."""
@@ -153,6 +184,9 @@ class PolicyClient:
         if isinstance(e, ssl.SSLError):
             return ServerConnectError("tls", f"the TLS handshake with {url} failed ({detail}): is the server serving TLS "
                                              f"(rlrobot serve --tls-cert)? For a plain server use ws://")
+        if isinstance(e, HelloReplyMissing):
+            cause = "auth" if set(e.dropped) == {"unauthenticated"} else "handshake"
+            return ServerConnectError(cause, f"the policy server at {url} sent no valid hello reply: {e}")
         if isinstance(e, (TimeoutError, ConnectionClosed, InvalidHandshake)):
             hint = "it serves TLS: use wss://" if not url.startswith("wss://") else "is it an rlrobot serve?"
             if isinstance(e, TimeoutError):

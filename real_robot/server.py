@@ -39,6 +39,11 @@ log = logging.getLogger("rlrobot.server")
 FRAME_SLACK_BYTES = 64 * 1024
 """frames up to this much over the limit are still read and answered with an ``oversized`` error; larger ones close
 the connection (websocket close code 1009) before they are buffered"""
+CLOSE_TIMEOUT_S = 1.0
+"""how long a closing handshake may take before the connection is dropped (websockets' default is 10 s)"""
+PING_INTERVAL_S = 5.0
+"""keepalive: an authenticated peer that does not answer a ping within this long (one stalled mid-frame cannot) is
+closed, after at most twice this"""
 OFFLOAD_DECODE_BYTES = 64 * 1024
 """frames larger than this are authenticated and decoded in a worker thread, off the event loop"""
 
@@ -201,6 +206,34 @@ def install_log_rate_limit(burst: int = 5, window_s: float = 10.0) -> RateLimitF
     return limiter
 
 
+@dataclass
+class Admission:
+    """One accepted TCP connection, counted from accept(): before any TLS or websocket handshake."""
+
+    sock: socket.socket
+    source: str
+    accepted: float
+    progressed: bool = False
+    """it completed the websocket opening handshake (over TLS: the TLS handshake first): it speaks the protocol"""
+    authenticated: bool = False
+    peer: Peer | None = None
+
+
+class _AdmittingListener(socket.socket):
+    """The listening socket's class once serving: asyncio's selector loop calls ``accept()`` on it, so every
+    connection is admitted (counted, capped, time-limited) at the TCP level, also while a TLS handshake is pending."""
+
+    __slots__ = ()
+    admit: Any = None
+
+    def accept(self):
+        while True:
+            conn, address = super().accept()  # BlockingIOError once the backlog is empty: asyncio stops there
+            if type(self).admit(conn, address):
+                return conn, address
+            conn.close()
+
+
 class ListenError(ConnectionError):
     """``rlrobot serve`` cannot open its listening socket (a ConnectionError: the CLI prints one line)."""
 
@@ -215,13 +248,96 @@ class PolicyServer:
         self.errors: collections.Counter[str] = collections.Counter()
         self.counts: collections.Counter[str] = collections.Counter()
         self.open: set[Any] = set()
-        self.pending: collections.OrderedDict[Any, float] = collections.OrderedDict()  # connection -> accept time
+        self.admitted: dict[int, Admission] = {}  # file descriptor -> its admission, from accept() to close
+        self.reserve = max(1, max_unauthenticated // 4)
+        """unauthenticated slots that silent connections (no websocket handshake yet) can never take"""
+        self._sweeping = False
         self.peers: dict[Any, Peer] = {}  # open connection -> its story (one log line when it closes)
         self.latency = RunningStats(scale=1e3)  # inference seconds -> ms; bounded however long the server runs
         policy.latencies = RunningStats(scale=1e3)  # bounded, whatever kind of policy object this is
         self.decoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="decode")
 
-    # ------------------------------------------------------------ connection admission (TCP level)
+    # ------------------------------------------------------------ admission at accept() (TCP level)
+    def admit_listeners(self, sockets) -> None:
+        """Admit connections at accept() on these listening sockets (asyncio's selector loop: Linux, macOS)."""
+        listener = type("AdmittingListener", (_AdmittingListener,), {"__slots__": (), "admit": staticmethod(self._accept)})
+        for sock in sockets:
+            raw = getattr(sock, "_sock", sock)  # asyncio hands out TransportSocket wrappers
+            raw.__class__ = listener
+
+    def _accept(self, conn: socket.socket, address: Any) -> bool:
+        """Admit a new TCP connection or refuse it. Silent connections (no websocket handshake yet) are held to
+        max_unauthenticated - reserve: a new one evicts the oldest silent one of the source with the most; the
+        reserve keeps room for connections that speak the protocol, evicted only by age when the slots are full."""
+        self._sweep()
+        if len(self.admitted) >= self.max_connections and not self._evict(progressed_too=False):
+            self.counts["refused"] += 1
+            log.warning("peer %s: refused, %d connections open (--max-connections)", _format_address(address),
+                        len(self.admitted))
+            return False
+        waiting = [a for a in self.admitted.values() if not a.authenticated]
+        silent = sum(not a.progressed for a in waiting)
+        if silent >= self.max_unauthenticated - self.reserve or len(waiting) >= self.max_unauthenticated:
+            self._evict(progressed_too=len(waiting) >= self.max_unauthenticated)
+        self.counts["accepted"] += 1
+        source = address[0] if isinstance(address, tuple) else str(address)
+        self.admitted[conn.fileno()] = Admission(conn, source, time.monotonic())
+        self._schedule_sweep()
+        return True
+
+    def _evict(self, progressed_too: bool) -> bool:
+        """Close one unauthenticated connection: the oldest silent one of the busiest source, else (if allowed) the
+        oldest that speaks the protocol. False if there was none."""
+        waiting = [a for a in self.admitted.values() if not a.authenticated]
+        silent = [a for a in waiting if not a.progressed]
+        if silent:
+            per_source = collections.Counter(a.source for a in silent)
+            busiest = max(per_source, key=per_source.__getitem__)
+            victim = min((a for a in silent if a.source == busiest), key=lambda a: a.accepted)
+        elif progressed_too and waiting:
+            victim = min(waiting, key=lambda a: a.accepted)
+        else:
+            return False
+        self.counts["evicted"] += 1
+        self._close_admission(victim, f"closed for a newer one: {self.max_unauthenticated} waited for their hello "
+                                      f"(--max-unauthenticated)")
+        return True
+
+    def _close_admission(self, admission: Admission, reason: str) -> None:
+        self.admitted.pop(admission.sock.fileno(), None)
+        self.counts["closed_unauthenticated"] += not admission.authenticated
+        if admission.peer is not None and not admission.peer.reason:
+            admission.peer.reason = reason
+        try:  # the transport sees EOF and closes: works during a TLS or websocket handshake alike
+            admission.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _sweep(self) -> None:
+        """Forget connections asyncio has closed; close those not authenticated hello_timeout_s after accept()."""
+        now = time.monotonic()
+        for fd, admission in list(self.admitted.items()):
+            if admission.sock.fileno() == -1:
+                del self.admitted[fd]
+                self.counts["closed_unauthenticated"] += not admission.authenticated
+            elif not admission.authenticated and now - admission.accepted >= self.hello_timeout_s:
+                self.counts["hello_timeouts"] += 1
+                self._close_admission(admission, f"no hello within {self.hello_timeout_s:g} s (--hello-timeout-s)")
+
+    def _schedule_sweep(self) -> None:
+        if self._sweeping:
+            return
+        self._sweeping = True
+
+        def tick() -> None:
+            self._sweeping = False
+            self._sweep()
+            if any(not a.authenticated for a in self.admitted.values()):
+                self._schedule_sweep()
+
+        asyncio.get_running_loop().call_later(min(0.1, self.hello_timeout_s / 4), tick)
+
+    # ------------------------------------------------------------ connection (websocket level)
     def connection_class(self):
         from websockets.asyncio.server import ServerConnection
 
@@ -232,6 +348,12 @@ class PolicyServer:
                 super().connection_made(transport)
                 server._admit(self, transport)
 
+            def data_received(self, data: bytes) -> None:
+                admission = getattr(self, "admission", None)
+                if admission is not None and not admission.progressed and data.startswith(b"GET "):
+                    admission.progressed = True  # it speaks HTTP: the start of a websocket opening handshake
+                super().data_received(data)
+
             def connection_lost(self, exc) -> None:
                 super().connection_lost(exc)
                 server._release(self)
@@ -239,31 +361,23 @@ class PolicyServer:
         return AdmittedConnection
 
     def _admit(self, connection, transport) -> None:
-        address = _peer_address(transport)
-        if len(self.open) >= self.max_connections:
-            self.counts["refused"] += 1
-            log.warning("peer %s: refused, %d connections open (--max-connections)", address, len(self.open))
-            transport.abort()
-            return
-        if len(self.pending) >= self.max_unauthenticated:
-            oldest, _ = self.pending.popitem(last=False)
-            self.counts["evicted"] += 1
-            if oldest in self.peers:
-                self.peers[oldest].reason = f"closed for a newer one: {self.max_unauthenticated} waited for their hello " \
-                                            f"(--max-unauthenticated)"
-            oldest.transport.abort()
-        self.counts["accepted"] += 1
+        sock = transport.get_extra_info("socket")
+        admission = self.admitted.get(sock.fileno()) if sock is not None else None
         self.open.add(connection)
-        self.peers[connection] = Peer(address, time.monotonic())
-        self.pending[connection] = time.monotonic()
+        connection.admission = admission
+        self.peers[connection] = Peer(_peer_address(transport), admission.accepted if admission else time.monotonic())
+        if admission is not None:
+            admission.peer = self.peers[connection]
+            if transport.get_extra_info("ssl_object") is not None:
+                admission.progressed = True  # over TLS we get here only after a complete TLS handshake
         # before authentication only tiny frames are legitimate; larger ones close the connection (1009)
         connection.protocol.max_message_size = protocol.HANDSHAKE_MAX_FRAME_BYTES
 
     def _release(self, connection) -> None:
-        if connection in self.open:
-            self.open.discard(connection)
-            if self.pending.pop(connection, None) is not None:
-                self.counts["closed_unauthenticated"] += 1  # hello deadline, websocket open_timeout, refused hello
+        self.open.discard(connection)
+        admission = getattr(connection, "admission", None)
+        if admission is not None and self.admitted.get(admission.sock.fileno()) is admission:
+            self._sweep()
         peer = self.peers.pop(connection, None)
         if peer is not None:  # the connection's one log line
             ok = peer.auth == "authenticated"
@@ -271,7 +385,9 @@ class PolicyServer:
             log.log(logging.INFO if ok else logging.WARNING, "%s", line, extra={"authenticated": ok})
 
     def _authenticated(self, connection) -> None:
-        self.pending.pop(connection, None)
+        admission = getattr(connection, "admission", None)
+        if admission is not None:
+            admission.authenticated = True
         if connection in self.peers:
             self.peers[connection].auth = "authenticated"
         self.counts["authenticated"] += 1
@@ -281,10 +397,13 @@ class PolicyServer:
     async def handle(self, connection) -> None:
         from websockets.exceptions import ConnectionClosed
 
-        if connection not in self.open:  # refused at admission
+        admission = getattr(connection, "admission", None)
+        if connection not in self.open or (admission is not None and admission.sock.fileno() == -1):
             return
+        if admission is not None:
+            admission.progressed = True  # the websocket handshake is done: it speaks the protocol
         try:
-            accepted = self.pending.get(connection, time.monotonic())
+            accepted = admission.accepted if admission is not None else time.monotonic()
             keys = await self._handshake(connection, accepted + self.hello_timeout_s)
             if keys is not None:
                 await self._session(connection, keys)
@@ -326,7 +445,7 @@ class PolicyServer:
         except asyncio.TimeoutError:
             self.counts["hello_timeouts"] += 1
             self._note(connection, reason=f"no hello within {self.hello_timeout_s:g} s (--hello-timeout-s)")
-            await connection.close(1008, "no authenticated hello in time")
+            connection.transport.abort()  # no closing handshake to wait for: a stalled peer would hold it longer
             return None
         try:
             hello = protocol.decode(frame, key, protocol.HANDSHAKE_MAX_FRAME_BYTES)
@@ -362,7 +481,8 @@ class PolicyServer:
                 else:
                     msg = protocol.decode(frame, keys[protocol.C2S], self.max_frame_bytes)
             except protocol.ProtocolError as e:
-                if e.verified:
+                if e.verified:  # the peer's own frame, unreadable: it counted it, so does the sequence
+                    last_seq += 1
                     self.errors[e.code] += 1
                     self._note(connection, requests=1, errors=1)
                     await send(protocol.error(0, e.code, e.message))
@@ -417,14 +537,23 @@ class PolicyServer:
 
     def stats(self) -> dict[str, Any]:
         return {"latency": self.latency.summary(), "errors": dict(self.errors),
-                "connections": {**self.counts, "open": len(self.open), "unauthenticated": len(self.pending)}}
+                "connections": {**self.counts, "open": len(self.admitted),
+                                "unauthenticated": sum(not a.authenticated for a in self.admitted.values())}}
 
 
-def _peer_address(transport) -> str:
-    peer = transport.get_extra_info("peername")
+def _format_address(peer: Any) -> str:
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
     return str(peer)
+
+
+def _peer_address(transport) -> str:
+    return _format_address(transport.get_extra_info("peername"))
+
+
+def listening_url(host: str, port: int, tls: bool) -> str:
+    """ws(s)://host:port, an IPv6 address in brackets (RFC 3986)."""
+    return f"{'wss' if tls else 'ws'}://{f'[{host}]' if ':' in host else host}:{port}"
 
 
 def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
@@ -438,11 +567,31 @@ def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
 
 def websocket_server(server: PolicyServer, host: str, port: int, context: ssl.SSLContext | None = None):
     """The websocket server of ``server`` (an async context manager; ``rlrobot serve`` and the tests use it)."""
-    from websockets.asyncio.server import serve
 
-    return serve(server.handle, host, port, max_size=server.max_frame_bytes + FRAME_SLACK_BYTES, max_queue=4,
-                 compression=None, open_timeout=server.hello_timeout_s, ssl=context,
-                 create_connection=server.connection_class(), logger=logging.getLogger(WS_LOGGER))
+    return _AdmittingServe(server, server.handle, host, port, max_size=server.max_frame_bytes + FRAME_SLACK_BYTES,
+                           max_queue=4, compression=None, open_timeout=server.hello_timeout_s, ssl=context,
+                           ssl_handshake_timeout=server.hello_timeout_s if context is not None else None,
+                           close_timeout=CLOSE_TIMEOUT_S, ping_interval=PING_INTERVAL_S, ping_timeout=PING_INTERVAL_S,
+                           create_connection=server.connection_class(), logger=logging.getLogger(WS_LOGGER))
+
+
+class _AdmittingServe:
+    """``async with``: websockets' server, its listening sockets switched to admission at accept()."""
+
+    def __init__(self, server: PolicyServer, *args: Any, **kwargs: Any):
+        from websockets.asyncio.server import serve
+
+        if kwargs.get("ssl_handshake_timeout") is None:
+            kwargs.pop("ssl_handshake_timeout", None)
+        self.server, self.serve = server, serve(*args, **kwargs)
+
+    async def __aenter__(self):
+        ws_server = await self.serve.__aenter__()
+        self.server.admit_listeners(ws_server.sockets)
+        return ws_server
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.serve.__aexit__(*exc)
 
 
 async def _serve(args: ServeArgs, secret: bytes | None, policy) -> None:
@@ -456,8 +605,8 @@ async def _serve(args: ServeArgs, secret: bytes | None, policy) -> None:
     context = tls_context(args.tls_cert, args.tls_key)
     async with websocket_server(server, args.host, args.port, context) as ws_server:
         port = ws_server.sockets[0].getsockname()[1]
-        scheme = "wss" if context is not None else "ws"
-        print(json.dumps({"event": "listening", "url": f"{scheme}://{args.host}:{port}", "policy": policy.metadata,
+        print(json.dumps({"event": "listening", "url": listening_url(args.host, port, context is not None),
+                          "policy": policy.metadata,
                           "authenticated": secret is not None, "tls": context is not None,
                           "protocol": protocol.PROTOCOL_VERSION}), flush=True)
         await stop

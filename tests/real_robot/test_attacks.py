@@ -212,7 +212,7 @@ def test_bomb_frames_are_refused_fast_while_a_good_client_keeps_its_pace(srv, re
             took = time.perf_counter() - start
             assert ok and reply["type"] == "error" and reply["code"] == "malformed", (name, reply)
             assert took < 1.0, (name, took)
-            s.seq -= 1  # a refused frame does not advance the server's seq
+            # a signed frame the server cannot decode still counts in the sequence: the next one is its seq + 1
         assert np.array_equal(s.infer(OBS[1]), reference[1])
         s.close()
         time.sleep(0.5)
@@ -273,7 +273,7 @@ def test_idle_connection_flood_is_capped_and_timed_out(srv, reference):
         result = paced.stop()
     assert result["mismatches"] == 0 and not result["errors"] and result["max_ms"] < 1000, result  # never stalled
     stats = PolicyClient(srv.url, token=TOKEN).stats()["connections"]
-    assert stats["refused"] + stats["evicted"] >= 250 and stats["closed_unauthenticated"] >= 8
+    assert stats.get("refused", 0) + stats.get("evicted", 0) >= 250 and stats["closed_unauthenticated"] >= 8
 
 
 def test_fd_exhaustion_log_is_rate_limited(expert_checkpoint, tmp_path):

@@ -179,11 +179,11 @@ def test_bad_frames_are_rejected_while_a_good_client_is_served(server):
     s.send({}, raw=wire.mac(s.c2s, body) + body)
     reply, ok = s.recv()
     assert ok and reply["code"] == "malformed"  # signed: the frame's tag was good
-    s.seq -= 1  # that frame never counted
+    # a signed frame the server cannot decode still counts in the sequence (the client counted it)
     s.send({"type": "infer", "obs": {"state": wire.ndarray(np.zeros(2_099_652, np.float32))}})  # just over 8 MiB
     reply, ok = s.recv(unsigned=True)
     assert ok and reply["code"] == "oversized"
-    s.seq -= 1
+    s.seq -= 1  # its tag was never checked: it does not count
     seq = s.send({"type": "infer", "obs": {"state": wire.ndarray(STATE["state"])}})
     assert s.recv()[0]["type"] == "action"
     s.seq = seq - 1  # the same seq again: a replay on this connection
