@@ -28,12 +28,24 @@ def test_the_regulariser_uses_max_q_and_mc_return_as_the_floor():
 
 
 def test_cal_ql_trains_and_reports_the_floored_share():
+    import numpy as np
+
     data = synthetic_transitions((20,) * 4, obs_dim=3, action_dim=2)
     algo = CalQL(CalQLConfig(hidden=(16,), num_actions=3, batch_size=32), 3, 2, data, "cpu", torch.Generator().manual_seed(0))
+    log_alpha = algo.log_alpha.item()
     first = algo.update()
+    # the synthetic rewards are negative, so every MC return lies below the untrained Q ~ 0: nothing floored at first
+    assert data.mc_returns.max() < 0.0 and first["floored_share"] == 0.0
+    # the figure is the temperature the actor loss used: exp(log_alpha) before this update's temperature step
+    assert first["alpha"] == pytest.approx(math.exp(log_alpha), rel=1e-6) and algo.log_alpha.item() != log_alpha
     for _ in range(20):
+        before = algo.log_alpha.exp().item()
         stats = algo.update()
-    # the synthetic rewards are negative, so MC returns lie below the untrained Q ~ 0: nothing floored at first
-    assert 0.0 <= first["floored_share"] <= 1.0 and all(math.isfinite(v) for v in stats.values())
-    assert stats["alpha"] == pytest.approx(algo.log_alpha.exp().item(), rel=0.1)
+        assert stats["alpha"] == pytest.approx(before, rel=1e-6)
+    assert all(math.isfinite(v) for v in stats.values())
+    # rewards far above any Q: every policy action's value is floored at its MC return at first
+    high = synthetic_transitions((20,) * 4, obs_dim=3, action_dim=2, rewards=np.full(80, 10.0, np.float32))
+    floored = CalQL(CalQLConfig(hidden=(16,), num_actions=3, batch_size=32), 3, 2, high, "cpu",
+                    torch.Generator().manual_seed(0)).update()["floored_share"]
+    assert floored == 1.0
     assert algo.updates == 21 and algo.act(data.obs).abs().max() <= 1.0
