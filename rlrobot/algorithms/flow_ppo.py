@@ -241,7 +241,7 @@ class FlowPPO:
     def update(self, generator: torch.Generator | None = None) -> dict[str, float]:
         cfg, storage = self.cfg, self.storage
         stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0,
-                 "first_ratio_max_deviation": 0.0}
+                 "first_ratio_max_deviation": 0.0, "approx_kl_max": 0.0}
         n = 0
         if storage.learner_steps == 0:  # every chunk was a JSRL guide's: nothing of the learner's own to learn from
             return {"learner_steps": 0.0, "lr": self.lr_schedule.lr}
@@ -286,10 +286,11 @@ class FlowPPO:
                 stats["value_loss"] += value_loss.item()
                 stats["entropy"] += entropy.item()
                 stats["approx_kl"] += float(kl)
+                stats["approx_kl_max"] = max(stats["approx_kl_max"], float(kl))
                 stats["clip_fraction"] += masked_mean(((ratio - 1.0).abs() > cfg.clip).float(), mask).item()
             n += 1
         self.iterations += 1
-        out = {k: (v / n if k != "first_ratio_max_deviation" else v) for k, v in stats.items()}
+        out = {k: (v if k in ("first_ratio_max_deviation", "approx_kl_max") else v / n) for k, v in stats.items()}
         out["critic_warmup"] = float(warmup)
         out["lr"] = self.lr_schedule.lr
         out["learner_steps"] = float(storage.learner_steps)
