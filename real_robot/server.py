@@ -3,8 +3,10 @@
 Each connection gets a ``challenge`` (a fresh nonce) and must answer with an authenticated ``hello`` within
 ``--hello-timeout-s``; the reply carries the policy's metadata and every later frame is authenticated with keys of
 that connection (PROTOCOL.md). Then ``infer`` requests get ``action`` replies. The server is bounded against hostile
-peers: at most ``--max-connections`` TCP connections (of which at most ``--max-unauthenticated`` before their hello;
-a new one evicts the oldest unauthenticated one), frames over the size limit are refused, large frames are decoded
+peers: at most ``--max-connections`` TCP connections, counted from accept() whether or not they use TLS (of which
+at most ``--max-unauthenticated`` before their hello, and a reserve of those for connections that started a websocket
+handshake: a new silent one evicts the oldest silent one of the busiest source), every connection not authenticated
+``--hello-timeout-s`` after accept() is dropped, frames over the size limit are refused, large frames are decoded
 off the event loop by a decoder whose every length is capped, and its own log is rate-limited. Anything wrong in an
 authenticated session's frame gets an ``error`` frame and the connection stays usable; before authentication an
 error frame (unsigned) is followed by closing the connection. Inference runs in a worker thread under a lock, so
@@ -67,9 +69,11 @@ class ServeArgs:
     max_connections: int = 64
     """open TCP connections at most; more are closed at once"""
     max_unauthenticated: int = 32
-    """connections that have not yet sent an authenticated hello, at most (the oldest is closed for a new one)"""
+    """connections that have not yet sent an authenticated hello, at most; a quarter (at least 1) is kept for those that
+    started a websocket handshake (a new silent connection evicts the oldest silent one of the busiest source)"""
     hello_timeout_s: float = 5.0
-    """a connection that has not authenticated this long after it was accepted is closed"""
+    """a connection that has not authenticated this long after accept() (TLS and websocket handshakes included) is
+    dropped"""
     device: str = "cpu"
 
     def validate(self) -> None:
