@@ -31,11 +31,23 @@ def test_normalizer_is_saved_with_the_policy():
 
 
 def test_deterministic_action_is_the_mean():
+    torch.manual_seed(0)
     policy = ActorCritic(3, 2, ActorCriticConfig(actor_hidden=(8,), critic_hidden=(8,)))
+    with torch.no_grad():  # a mean well away from 0, inside the action bounds
+        policy.actor[-1].bias.copy_(torch.tensor([0.5, -0.4]))
     obs = {"state": torch.randn(6, 3)}
+    mean = policy.distribution(policy.features(obs)).mean
+    assert 0.3 < mean.abs().min() and mean.abs().max() < 1.0  # the clamp leaves this mean as it is
     a1 = policy.act(obs, deterministic=True)
-    assert torch.equal(a1, policy.act(obs, deterministic=True))
+    assert torch.equal(a1, mean)
     assert not torch.equal(policy.act(obs), policy.act(obs))
+    # the stochastic actions scatter around that mean: 4,000 draws average to it
+    draws = torch.stack([policy.act(obs) for _ in range(4000)])
+    assert torch.allclose(draws.mean(0), mean, atol=0.05)
+    # a mean beyond the bounds is clamped to them
+    with torch.no_grad():
+        policy.actor[-1].bias.fill_(5.0)
+    assert torch.equal(policy.act(obs, deterministic=True), torch.ones(6, 2))
 
 
 def test_fast_tanh_matches_tanh_and_its_gradient():
