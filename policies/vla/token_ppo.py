@@ -3,10 +3,10 @@
 One PPO sample is one action chunk: the policy decodes a token sequence per env (batched over envs), the FAST tokenizer
 turns it into a chunk, the env executes the whole chunk (reward = the sum of its step rewards up to the first episode
 end inside the chunk; a chunk in which the episode ended is ``done``, and one that ended by a time-out adds
-gamma * V(final_obs), as the flow-policy runner does). Advantages are GAE over chunks with the value head on the VLM. The loss is PPO's clipped
-surrogate *per token*: every token's ratio exp(log pi(a_t | prefix) - log pi_old(a_t | prefix)) is clipped and weighted
-by its chunk's advantage, averaged over the real tokens (up to and including <eos>); old log-probs come from the
-decoding pass, so at unchanged weights the first minibatch's ratios are 1.
+gamma * V(final_obs), as the flow-policy runner does). Advantages are GAE over chunks with the value head on the VLM.
+The loss is PPO's clipped surrogate *per token*: every token's ratio exp(log pi(a_t | prefix) - log pi_old(a_t |
+prefix)) is clipped and weighted by its chunk's advantage, averaged over the real tokens (up to and including <eos>);
+old log-probs come from the decoding pass, so at unchanged weights the first minibatch's ratios are 1.
 """
 
 from __future__ import annotations
