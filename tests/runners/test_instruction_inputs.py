@@ -23,19 +23,44 @@ def small(algo: str, tmp_path):
     return cfg
 
 
+def instruction_columns(linear: torch.nn.Linear) -> torch.Tensor:
+    """The first layer's weights on the instruction embedding (concatenated after the state)."""
+    return linear.weight[:, -384:].detach().clone()
+
+
+def table_rows() -> torch.Tensor:
+    import numpy as np
+
+    from rlrobot.tasks.so101_suite import EMBEDDINGS_TABLE
+
+    return torch.as_tensor(np.load(EMBEDDINGS_TABLE)["embeddings"])
+
+
 def test_ppo_stores_and_trains_on_the_instruction(tmp_path):
     runner = make_runner(small("ppo", tmp_path))
     runner.obs, _ = runner.env.reset(seed=0)
+    first = runner.obs["instruction_embedding"].clone()
     runner._rollout()
     stored = runner.algo.storage.obs
     assert set(stored) == {"state", "instruction_embedding"} and stored["instruction_embedding"].shape[-1] == 384
+    assert torch.equal(stored["instruction_embedding"][0], first)  # what the env showed at each step
     assert torch.allclose(stored["instruction_embedding"].norm(dim=-1), torch.ones(4, 4), atol=1e-4)  # unit vectors
+    actor_before, critic_before = instruction_columns(runner.policy.actor[0]), instruction_columns(runner.policy.critic[0])
     runner.update()
+    # the update's gradient reached the instruction inputs of both networks (zero embeddings would give none)
+    assert not torch.allclose(instruction_columns(runner.policy.actor[0]), actor_before)
+    assert not torch.allclose(instruction_columns(runner.policy.critic[0]), critic_before)
     runner.env.close()
 
 
 def test_sac_replays_the_instruction(tmp_path):
     runner = make_runner(small("sac", tmp_path))
+    actor_before = instruction_columns(runner.policy.actor.net[0])
     summary = runner.learn()
     assert set(runner.replay.obs) == {"state", "instruction_embedding"}
-    assert summary["eval"]["episodes"] == 2
+    stored = runner.replay.obs["instruction_embedding"][:len(runner.replay) // 4].reshape(-1, 384)
+    assert len(stored) == summary["env_steps"] == 32
+    # every stored embedding is one of the suite's instruction embeddings (none left zero)
+    assert torch.cdist(stored, table_rows(), compute_mode="donot_use_mm_for_euclid_dist").min(1).values.max() < 1e-6
+    assert runner.algo.num_updates > 0 and summary["eval"]["episodes"] == 2
+    assert not torch.allclose(instruction_columns(runner.policy.actor.net[0]), actor_before)
