@@ -62,6 +62,8 @@ class Entry:
     group: Literal["headline", "benchmark", "study"] = "benchmark"
     notes: str = ""
     tags: tuple[str, ...] = field(default_factory=tuple)
+    algos: tuple[str, ...] = ()
+    """the registered algorithms (``--algo`` names) whose documentation pages list this entry's figures"""
 
 
 def _train(task: str, algo: str, *flags: str, name: str = "train") -> Step:
@@ -91,7 +93,7 @@ FLOW_NOISE_LIFT_FLAGS = ("--num-envs", "64", "--total-steps", "1600000", "--flow
 
 
 def lift_pipeline(name: str, title: str, task: str = "so101-lift", seeds: int = 3, group: str = "headline",
-                  notes: str = "") -> Entry:
+                  notes: str = "", algos: tuple[str, ...] = ("sft", "flow-noise")) -> Entry:
     """10 expert demos -> few-shot SFT -> Flow-Noise PPO from the SFT checkpoint, every step seeded with {seed}."""
     variant = task != "so101-lift"
     prefix = ("results", "exec") if variant else ()  # the contact-study tasks exist under `rlrobot results exec`
@@ -111,13 +113,13 @@ def lift_pipeline(name: str, title: str, task: str = "so101-lift", seeds: int = 
                  Figure("flow.wall_s", "Flow-Noise training s", ".0f")),
         budget="10 demos, 2,000 SFT updates, 1.6M env steps Flow-Noise PPO",
         cost="~11 min per seed on the idle machine (SFT 1 min, Flow-Noise 10 min)", target=">= 0.9 mean over 3 seeds",
-        curve="flow.eval/success_rate", notes=notes)
+        curve="flow.eval/success_rate", notes=notes, algos=algos)
 
 
 def _contact_study(variant: str, what: str) -> tuple[Entry, Entry]:
     """The lift pipeline and the push-expert flung-cube check on one contact / floor variant of the tasks."""
     lift = lift_pipeline(f"study-lift-{variant}", f"contact study: SFT + Flow-Noise so101-lift, {what}",
-                         task=f"so101-lift-{variant}", group="study")
+                         task=f"so101-lift-{variant}", group="study", algos=())
     experts = Entry(
         name=f"study-experts-{variant}", title=f"contact study: scripted push / lift experts, {what}",
         task="so101-push", group="study", seeds=1,
@@ -144,23 +146,23 @@ def _ppo_locomotion(robot: str, target: str, cost: str) -> Entry:
                  figures=(Figure("train.return", "eval return (8 episodes, deterministic)", ",.0f", per_seed=True),
                           ENV_STEPS, TRAIN_WALL),
                  budget="1M env steps (999k: whole iterations)", cost=f"{cost} per seed idle", target=target,
-                 curve="train.eval/return_mean")
+                 curve="train.eval/return_mean", algos=("ppo",))
 
 
 ENTRIES: tuple[Entry, ...] = (
     Entry(name="ppo-so101-reach", title="PPO so101-reach, preset", task="so101-reach", group="headline", seeds=3,
           steps=(_train("so101-reach", "ppo"),), figures=(SUCCESS, RETURN, ENV_STEPS, TRAIN_WALL),
           budget="500k env steps (498k: whole iterations)", cost="~1.5 min per seed idle", target=">= 0.95",
-          curve="train.eval/success_rate"),
+          curve="train.eval/success_rate", algos=("ppo",)),
     Entry(name="sac-so101-reach", title="SAC so101-reach, preset", task="so101-reach", group="headline", seeds=3,
           steps=(_train("so101-reach", "sac"),), figures=(SUCCESS, RETURN, ENV_STEPS, TRAIN_WALL),
           budget="40k env steps", cost="~3.5 min per seed idle (update-bound)", target=">= 0.95",
-          curve="train.eval/success_rate"),
+          curve="train.eval/success_rate", algos=("sac",)),
     Entry(name="sac-gym-pendulum", title="SAC gym:Pendulum-v1, preset", task="gym:Pendulum-v1", seeds=3,
           steps=(_train("gym:Pendulum-v1", "sac"),),
           figures=(Figure("train.return", "eval return (8 episodes)", ".1f", per_seed=True), TRAIN_WALL),
           budget="20k env steps", cost="~1.5 min per seed idle", target="return >= -200 (random: about -1200)",
-          curve="train.eval/return_mean"),
+          curve="train.eval/return_mean", algos=("sac",)),
     Entry(name="experts", title="scripted experts (ee_delta)", task="so101-push", seeds=1,
           steps=(Step("experts64", "experts", ("results", "experts", "--tasks", *EXPERT_TASKS, "--episodes", "64",
                                                "--seed", "{seed}", "--json-out", "{out}")),
@@ -177,28 +179,31 @@ ENTRIES: tuple[Entry, ...] = (
     lift_pipeline("sft-flow-noise-so101-lift", "SFT + Flow-Noise PPO so101-lift (10 demos)"),
     Entry(name="sac-so101-push", title="SAC so101-push, preset", task="so101-push", seeds=1,
           steps=(_train("so101-push", "sac"),), figures=(SUCCESS, RETURN, TRAIN_WALL),
-          budget="400k env steps", cost="~40 min per seed idle", target=">= 0.9", curve="train.eval/success_rate"),
+          budget="400k env steps", cost="~40 min per seed idle", target=">= 0.9", curve="train.eval/success_rate",
+          algos=("sac",)),
     Entry(name="ppo-so101-lift", title="PPO so101-lift from scratch, preset: ManiSkill3 PickCube's staged reward and "
           "PPO settings (gamma 0.8, lambda 0.9, no entropy, std 0.6, 128 envs x 50 steps, 3x256 tanh)",
           task="so101-lift", seeds=3, group="headline", steps=(_train("so101-lift", "ppo"),),
           figures=PPO_LIFT_FIGURES, budget="1.5M env steps", cost="~15 min per seed on one idle core",
-          target=">= 0.8", curve="train.eval/success_rate"),
+          target=">= 0.8", curve="train.eval/success_rate", algos=("ppo",)),
     Entry(name="ppo-so101-lift-dense-reward", title="study: the PPO lift preset with our dense reward instead of the "
           "staged one (what the reward does)", task="so101-lift", seeds=1, group="study",
           steps=(_train("so101-lift", "ppo", "--reward-mode", "dense"),), figures=PPO_LIFT_FIGURES,
-          budget="1.5M env steps", cost="~15 min per seed on one idle core", curve="train.eval/success_rate"),
+          budget="1.5M env steps", cost="~15 min per seed on one idle core", curve="train.eval/success_rate",
+          algos=("ppo",)),
     Entry(name="ppo-so101-lift-default-ppo", title="study: the staged reward with the earlier preset's PPO settings "
           "(gamma 0.99, lambda 0.95, entropy 0.01, std 1.0, 24-step rollouts, lr 1e-3 adaptive, 256-128-64 ELU; what "
           "the settings do)", task="so101-lift", seeds=1, group="study",
           steps=(_train("so101-lift", "ppo", *OLD_PPO_LIFT_FLAGS[:-2], "--ppo.entropy-coef", "0.01",
                         "--policy.init-noise-std", "1.0"),),
           figures=PPO_LIFT_FIGURES, budget="1.5M env steps", cost="~15 min per seed on one idle core",
-          curve="train.eval/success_rate"),
+          curve="train.eval/success_rate", algos=("ppo",)),
     Entry(name="ppo-maniskill-pushcube", title="PPO maniskill:PushCube-v1 (state, CPU sim, 16 envs), preset",
           task="maniskill:PushCube-v1", seeds=1, steps=(_train("maniskill:PushCube-v1", "ppo"),),
           figures=(Figure("train.train_success", "training success (last episodes)", ".2f", per_seed=True),
                    SUCCESS, TRAIN_WALL),
-          budget="200k env steps", cost="~7 min idle (extra: maniskill)", curve="train.eval/success_rate"),
+          budget="200k env steps", cost="~7 min idle (extra: maniskill)", curve="train.eval/success_rate",
+          algos=("ppo",)),
     _ppo_locomotion("HalfCheetah", "CleanRL's published PPO HalfCheetah figure (2,906 on v4) or better", "~8 min"),
     _ppo_locomotion("Hopper", "CleanRL's published PPO Hopper-v4 figure (2,383 +- 272) or better", "~7 min"),
     _ppo_locomotion("Walker2d", "CleanRL's published PPO Walker2d-v4 figure (2,288 +- 572) or better", "~7 min"),
@@ -209,7 +214,7 @@ ENTRIES: tuple[Entry, ...] = (
           figures=(Figure("train.return", "eval return (8 episodes, deterministic)", ",.0f", per_seed=True),
                    ENV_STEPS, TRAIN_WALL),
           budget="300k env steps = 295k gradient updates (a third of the usual 1M: SAC is update-bound here)",
-          cost="~1 h per seed idle", target="reported", curve="train.eval/return_mean"),
+          cost="~1 h per seed idle", target="reported", curve="train.eval/return_mean", algos=("sac",)),
     Entry(name="bench-so101-reach", title="bench: so101-reach env steps/s at 64 / 256 / 1024 envs (raw mj_step, VecEnv, "
           "PPO training) and SAC at its preset", task="so101-reach", seeds=1,
           steps=(Step("bench", "bench", ("bench", "--json-out", "{out}")),),
@@ -280,7 +285,7 @@ def _jsrl_sft_lift() -> Entry:
                  figures=(*_JSRL_FIGURES, Figure("sft.success", "SFT guide alone", ".3f")),
                  budget="10 demos, 2,000 SFT updates, 2M env steps PPO", seeds=2,
                  cost="~12 min per seed on one idle core (~30 min on the shared machine)",
-                 target=">= 0.8", curve="train.eval/success_rate", group="study")
+                 target=">= 0.8", curve="train.eval/success_rate", group="study", algos=("ppo",))
 
 
 ENTRIES = ENTRIES + (
@@ -289,12 +294,12 @@ ENTRIES = ENTRIES + (
           steps=(_train("so101-lift", "ppo", *SPARSE_PPO_LIFT_FLAGS, "--jsrl.guide", "expert", "--jsrl.tolerance", "0.2"),),
           figures=_JSRL_FIGURES, budget="2M env steps", seeds=3,
           cost="~10 min per seed on one idle core (~27 min on the shared machine)", target=">= 0.8",
-          curve="train.eval/success_rate", group="study"),
+          curve="train.eval/success_rate", group="study", algos=("ppo",)),
     _jsrl_sft_lift(),
     Entry(name="ppo-so101-lift-sparse", title="PPO so101-lift from scratch, sparse reward, the JSRL runs' PPO settings",
           task="so101-lift", steps=(_train("so101-lift", "ppo", *SPARSE_PPO_LIFT_FLAGS),), figures=_JSRL_FIGURES,
           budget="2M env steps", seeds=3, cost="~8 min per seed on one idle core (~25 min on the shared machine)",
-          curve="train.eval/success_rate", group="study"),
+          curve="train.eval/success_rate", group="study", algos=("ppo",)),
 )
 
 
@@ -331,7 +336,7 @@ def warm_start_entry(task: str) -> Entry:
                               Figure("keep.wall_s", "keep-data training s", ".0f")),
         budget="200 noisy episodes, 3,000 Cal-QL updates, 22,528 env steps online for each method",
         cost="~50 min per seed on the shared 2-core machine", target="WSRL: no dip at the switch, >= 0.9 first",
-        curve="wsrl.eval/success_rate")
+        curve="wsrl.eval/success_rate", algos=("cal-ql", "wsrl", "cal-ql-online", "rlpd", "sac"))
 
 
 ENTRIES = ENTRIES + (warm_start_entry("so101-lift"), warm_start_entry("so101-push"))
@@ -355,7 +360,8 @@ def _flow_rl_lift() -> Entry:
                  Figure("noise.wall_s", "Flow-Noise training s", ".0f"), Figure("nft.wall_s", "Flow-NFT training s", ".0f"),
                  Figure("sde.wall_s", "Flow-SDE training s", ".0f")),
         budget="10 demos, 2,000 SFT updates, 960k env steps per RL method", cost="~35 min per seed on one idle core",
-        target="NFT: as good or better than Flow-Noise, cheaper per update", curve="nft.eval/success_rate")
+        target="NFT: as good or better than Flow-Noise, cheaper per update", curve="nft.eval/success_rate",
+        algos=("sft", "flow-noise", "flow-nft", "flow-sde"))
 
 
 # Flow-NFT with the paired baseline and Flow-Noise's stochastic sampler for its rollouts (exploration from the noise
@@ -371,7 +377,7 @@ def _flow_nft_noise_lift() -> Entry:
                  Figure("nft.peak_success", "peak during training", ".3f"), Figure("nft.wall_s", "training s", ".0f")),
         budget="10 demos, 2,000 SFT updates, 960k env steps", seeds=2, cost="~12 min per seed on one idle core",
         target="NFT: as good or better than Flow-Noise (0.844 in flow-rl-so101-lift)", curve="nft.eval/success_rate",
-        group="study")
+        group="study", algos=("flow-nft",))
 
 
 # The same comparison on so101-push (issue 21's second task), NFT in its best measured form on lift (paired baseline,
@@ -392,7 +398,8 @@ def _flow_rl_push() -> Entry:
                  Figure("sde.wall_s", "Flow-SDE training s", ".0f")),
         budget="10 demos, 2,000 SFT updates, 960k env steps per RL method", seeds=3,
         cost="~23 min per seed on one core",
-        target="NFT: as good or better than Flow-Noise, cheaper per update", curve="nft.eval/success_rate")
+        target="NFT: as good or better than Flow-Noise, cheaper per update", curve="nft.eval/success_rate",
+        algos=("sft", "flow-noise", "flow-nft", "flow-sde"))
 
 
 def _evaluate(name: str, run: str, *flags: str) -> Step:
@@ -422,7 +429,7 @@ def _policytrim_lift() -> Entry:
                  Figure("trim.wall_s", "training s", ".0f")),
         budget="10 demos, 2,000 SFT updates, 320k env steps Flow-NFT; 128 evaluation episodes before / after",
         seeds=2, cost="~6 min per seed on one idle core", target="after: executed fraction up at equal success (within 0.03)",
-        curve="trim.eval/success_rate", group="study")
+        curve="trim.eval/success_rate", group="study", algos=("flow-nft",))
 
 
 # PolicyTrim's step-efficiency reward (issue 21): Flow-NFT in group mode (each group of 8 envs shares a start state and
@@ -452,7 +459,7 @@ def _policytrim_steps_lift() -> Entry:
         budget="10 demos, 2,000 SFT updates, 320k env steps Flow-NFT per score; 128 evaluation episodes before / after",
         seeds=3, cost="~9 min per seed on one core",
         target="step bonus: fewer steps to first success at equal success (within 0.03)",
-        curve="steps.eval/success_rate", group="study")
+        curve="steps.eval/success_rate", group="study", algos=("flow-nft",))
 
 
 ENTRIES = ENTRIES + (_flow_rl_lift(), _flow_nft_noise_lift(), _flow_rl_push(), _policytrim_lift(),
