@@ -60,7 +60,7 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(ck, "save_file", crash)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="disk full"):  # the write's own error, passed on
         save_checkpoint(tmp_path, "iter_000002", model, {"a": 2})
     # the previous checkpoint is intact and still the latest; no half-written directory is left
     assert resolve_checkpoint(tmp_path).name == "iter_000001"
