@@ -1,7 +1,6 @@
 """SAC: squashed-Gaussian log-prob, REDQ target subsets, temperature tuning, gradient isolation, a real learning run."""
 
 import dataclasses
-import math
 
 import pytest
 import torch
@@ -130,18 +129,33 @@ def test_actor_step_leaves_no_gradient_in_the_critics():
 
 
 def test_target_uses_discount_and_terminal_mask():
-    """With tau=0 targets frozen and alpha ~ 0, one critic step on a terminal batch regresses Q toward r alone."""
+    """Target critics frozen at Q' = 10 (tau ~ 0) and alpha ~ 0: the TD target is r + discount x 10, where the batch's
+    discount is gamma^n and 0 past a termination (as the replay buffer writes it). The loss of a mixed batch is the
+    hand-computed one, and critic steps on a terminal batch regress Q toward r alone (3, not 3 + gamma x 10)."""
     torch.manual_seed(0)
     policy = SACPolicy(2, 1, NET)
     sac = make_sac(policy, SACConfig(init_alpha=1e-8, autotune_alpha=False, critic_lr=1e-2, tau=1e-9))
+    with torch.no_grad():
+        for p in policy.critic_target.parameters():
+            p.zero_()
+        policy.critic_target.net[-1].bias.fill_(10.0)
     obs = {"state": torch.randn(64, 2)}
-    batch = {"obs": obs, "next_obs": obs, "actions": torch.zeros(64, 1), "rewards": torch.full((64,), 3.0),
-             "terminated": torch.ones(64, dtype=torch.bool), "discount": torch.zeros(64)}
+    x, actions = policy.features(obs), torch.zeros(64, 1)
+    discount = torch.tensor([0.0, 0.5, 0.99, 0.25]).repeat(16)
+    mixed = {"obs": obs, "next_obs": obs, "actions": actions, "rewards": torch.arange(64.0) / 10,
+             "terminated": discount == 0, "discount": discount}
+    with torch.no_grad():
+        loss, _ = sac.critic_loss(x, mixed, torch.Generator().manual_seed(0))
+        q = policy.critic(x, actions)
+    expected = (q - (mixed["rewards"] + 10.0 * discount)).square().mean(1).sum()
+    assert float(loss) == pytest.approx(float(expected), rel=1e-5)
+    terminal = {**mixed, "rewards": torch.full((64,), 3.0), "terminated": torch.ones(64, dtype=torch.bool),
+                "discount": torch.zeros(64)}
     for _ in range(300):
-        sac.update(batch)
-    q = policy.critic(policy.features(obs), torch.zeros(64, 1))
+        sac.update(terminal)
+    assert torch.allclose(policy.critic_target(x, actions), torch.full((2, 64), 10.0), atol=1e-4)  # still frozen
+    q = policy.critic(x, actions)
     assert torch.allclose(q, torch.full_like(q, 3.0), atol=0.1)
-    assert math.isfinite(float(sac.alpha))
 
 
 def test_config_rejects_bad_values():
