@@ -9,6 +9,8 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
+from rlrobot.domains import Positive, PositiveInt
+
 from .normalizer import RunningNormalizer
 from .registry import PolicySpec, register_policy
 
@@ -43,13 +45,13 @@ MLP_ACTIVATIONS = {**ACTIVATIONS, "tanh-fast": FastTanh}
 
 @dataclass
 class ActorCriticConfig:
-    actor_hidden: tuple[int, ...] = (256, 128, 64)
+    actor_hidden: tuple[PositiveInt, ...] = (256, 128, 64)
     """hidden layer widths of the actor MLP"""
-    critic_hidden: tuple[int, ...] = (256, 128, 64)
+    critic_hidden: tuple[PositiveInt, ...] = (256, 128, 64)
     """hidden layer widths of the critic MLP"""
     activation: Literal["elu", "relu", "tanh", "silu", "tanh-fast"] = "elu"
     """hidden activation; tanh-fast: tanh as 2 sigmoid(2x) - 1, several times faster on the CPU, within 2e-7 of tanh"""
-    init_noise_std: float = 1.0
+    init_noise_std: Positive = 1.0
     """initial action std (Gaussian PPO policy)"""
     normalize_obs: bool = True
     """running mean / std normalisation of the observation, saved with the weights"""

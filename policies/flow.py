@@ -22,11 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from rlrobot.domains import Domain, NonNegativeInt, Positive, PositiveInt, UnitInterval
 
 from .actor_critic import ACTIVATIONS, mlp
 from .registry import PolicySpec, register_policy
@@ -38,40 +40,40 @@ TOKENS_KEY = "instruction_tokens"  # token ids over a task's vocabulary (tasks/s
 
 @dataclass
 class FlowPolicyConfig:
-    chunk_size: int = 5
+    chunk_size: PositiveInt = 5
     """H: actions per chunk"""
-    denoising_steps: int = 4
+    denoising_steps: PositiveInt = 4
     """K: Euler denoising steps"""
-    execute_steps: int = 0
+    execute_steps: NonNegativeInt = 0
     """actions of each chunk executed open-loop before re-planning (0 = the whole chunk)"""
     obs_keys: tuple[str, ...] = ("state",)
     """observation keys the encoder reads: "state" and/or image keys such as "image_front" """
-    state_hidden: tuple[int, ...] = (256, 256)
+    state_hidden: tuple[PositiveInt, ...] = (256, 256)
     """widths of the state encoder MLP (the last is its output)"""
-    embed_dim: int = 256
+    embed_dim: PositiveInt = 256
     """observation embedding size"""
-    time_embed_dim: int = 64
+    time_embed_dim: PositiveInt = 64
     """size of the time embedding"""
-    velocity_hidden: tuple[int, ...] = (512, 512, 512)
+    velocity_hidden: tuple[PositiveInt, ...] = (512, 512, 512)
     """widths of the velocity network"""
     activation: Literal["elu", "relu", "tanh", "silu"] = "silu"
     """hidden activation"""
-    image_channels: tuple[int, ...] = (32, 64, 64)
+    image_channels: tuple[PositiveInt, ...] = (32, 64, 64)
     """channels of the small CNN per camera (images only)"""
-    noise_hidden: tuple[int, ...] = (128, 64)
+    noise_hidden: tuple[PositiveInt, ...] = (128, 64)
     """Flow-Noise head on the velocity network's last features"""
-    noise_std_min: float = 0.08
+    noise_std_min: Positive = 0.08
     """lower bound of the Flow-Noise step std"""
-    noise_std_max: float = 0.16
+    noise_std_max: Positive = 0.16
     """upper bound of the Flow-Noise step std"""
-    value_hidden: tuple[int, ...] = (256, 256)
+    value_hidden: tuple[PositiveInt, ...] = (256, 256)
     """value head on the detached observation embedding (used by flow-policy PPO)"""
     instruction_fusion: Literal["concat", "film"] = "concat"
     """how an "instruction_embedding" in obs_keys conditions the policy: "concat" (projected and concatenated with
     the other encoders' features) or "film" (scales and shifts the fused observation embedding)"""
-    instruction_dim: int = 64
+    instruction_dim: PositiveInt = 64
     """width of the instruction projection ("concat")"""
-    instruction_vocab: int = 64
+    instruction_vocab: PositiveInt = 64
     """("instruction_tokens" in obs_keys) size of the token embedding table: at least the task's vocabulary"""
     state_entities: tuple[str, ...] = ()
     """entity-attention state encoder (language-conditioned suites): each entry is one kind of entity, written
@@ -80,9 +82,9 @@ class FlowPolicyConfig:
     "instruction_embedding" in obs_keys) makes entity_queries queries; each picks entities by their learned identity
     (slot) and returns their features, so the policy reads the instructed object and goal and not the distractors.
     The state's other dimensions (the arm) go through the state MLP. Empty = the plain state MLP"""
-    entity_dim: int = 64
+    entity_dim: PositiveInt = 64
     """(state_entities) width of an entity token"""
-    entity_queries: int = 4
+    entity_queries: PositiveInt = 4
     """(state_entities) queries made from the instruction (e.g. object and goal of two subtasks)"""
     entity_names: tuple[str, ...] = ()
     """(state_entities, with "instruction_tokens") each entity's name as instruction token ids, space-separated, in
@@ -92,19 +94,19 @@ class FlowPolicyConfig:
     learned temperature; "blue" in the instruction then matches the blue cube from the first update, for every colour
     at once. Identity keys (empty) have to learn each object separately; on so101-push-to they stayed blurred
     (0.1-0.4 of the attention on the named cube after 10k updates)"""
-    entity_anchor: int = -1
+    entity_anchor: Annotated[int, Domain(low=-1)] = -1
     """(state_entities) state index of the gripper's xyz (the suite: SO101Suite.tcp_index); >= 0 adds relational
     features in metres (x10): each picked entity's position minus the gripper's and the picked entities' pairwise
     differences (object to goal), the vectors a single-task state carries precomputed (so101-push: cube - pusher,
     target - cube). An entity's position is its first part's first 3 values (2-wide zones: z = 0). -1 = none"""
-    state_std_min: float = 1e-3
+    state_std_min: Positive = 1e-3
     """floor of the state normaliser's std (fitted on the demonstrations): dimensions that barely move in the data
     (an object's tilt, ~1e-3) are otherwise scaled up to unit variance, and a policy fitted on a few demos keys on
     that noise (the suite presets raise it)"""
     mean_flow: bool = False
     """average-velocity (MeanFlow) head u(x_t, r, t): each denoising step jumps its whole interval [t_next, t] with the
     interval's mean velocity, so 1-2 steps sample a chunk; trained through the instantaneous velocity it induces"""
-    mean_flow_ratio: float = 0.25
+    mean_flow_ratio: UnitInterval = 0.25
     """(mean_flow) fraction of training samples with an interval r < t (the rest train r = t, plain flow matching)"""
 
     def validate(self) -> None:

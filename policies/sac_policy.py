@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlrobot.domains import PositiveInt
+
 from .actor_critic import MLP_ACTIVATIONS, ActorCriticConfig, instruction_dim, mlp, with_instruction
 from .normalizer import RunningNormalizer
 from .registry import PolicySpec, register_policy
@@ -26,7 +28,7 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 @dataclass
 class SACPolicyConfig(ActorCriticConfig):
-    num_critics: int = 2
+    num_critics: PositiveInt = 2
     """critics in the ensemble (2: SAC's twin Q; 10 with sac.num_target_critics 2: REDQ)"""
     critic_layer_norm: bool = False
     """LayerNorm in every critic layer (RLPD / WSRL practice)"""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, algorithm_spec
+from rlrobot.domains import NonNegativeInt, PositiveInt, check_domains
 from rlrobot.rewards import RewardConfig
 
 CONFIG_VERSION = 2
@@ -28,11 +29,11 @@ class TrainConfig:
     """task id: a native task (rlrobot list-tasks) or a prefixed one (gym:Pendulum-v1, maniskill:PushCube-v1, isaaclab:...)"""
     algo: str = "ppo"
     """learning algorithm (registered: rlrobot list-algos); `rlrobot train --algo X --help` shows X's options"""
-    num_envs: int = 256
+    num_envs: PositiveInt = 256
     """parallel envs (per rank in distributed runs)"""
-    total_steps: int = 1_000_000
+    total_steps: NonNegativeInt = 1_000_000
     """environment steps to train for (summed over envs and ranks)"""
-    seed: int = 0
+    seed: NonNegativeInt = 0
     """seeds the envs, the networks' initialisation and sampling"""
     out: str = ""
     """run directory ('' = runs/<task>-<algo>-s<seed>)"""
@@ -51,7 +52,7 @@ class TrainConfig:
     """native tasks: the shaped dense reward, success only, or (so101-lift) ManiSkill3 PickCube's staged reward"""
     control_mode: str = "ee_delta"
     """native tasks: joint_pos | joint_delta | ee_delta"""
-    max_episode_steps: int | None = None
+    max_episode_steps: PositiveInt | None = None
     """episode length in control steps (None: the task's own)"""
     servo_limits: bool = False
     """SO-101 tasks: hold the simulated joint targets to the STS3215 servos' velocity and acceleration limits, the
@@ -61,11 +62,11 @@ class TrainConfig:
     "put the red cube in the bin" (`rlrobot list-tasks --instructions TASK` lists them); None: all of the task's"""
     reward: RewardConfig = field(default_factory=RewardConfig)
     """reward wrappers of the training env (--reward.shaping)"""
-    num_threads: int = 0
+    num_threads: NonNegativeInt = 0
     """simulator threads (0 = all cores)"""
-    torch_threads: int = 1
+    torch_threads: PositiveInt = 1
     """torch intra-op threads during rollouts; 1 avoids contention with the simulator threads on small machines"""
-    update_threads: int = 0
+    update_threads: NonNegativeInt = 0
     """torch intra-op threads during updates, when the simulator is idle (0 = all cores)"""
     logger: Literal["tensorboard", "wandb", "none"] = "tensorboard"
     """where metrics go besides metrics.jsonl"""
@@ -73,17 +74,17 @@ class TrainConfig:
     """wandb project (with --logger wandb)"""
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     """wandb mode (offline in tests and without a login)"""
-    checkpoint_every: int = 20
+    checkpoint_every: PositiveInt = 20
     """iterations between checkpoints"""
-    eval_every: int | None = None
+    eval_every: NonNegativeInt | None = None
     """iterations between evaluations during training (None = about ten over the run; 0 = only at the end)"""
-    eval_episodes: int = 64
+    eval_episodes: PositiveInt = 64
     """episodes per evaluation (deterministic policy)"""
-    eval_envs: int = 32
+    eval_envs: PositiveInt = 32
     """envs stepped at once during evaluation"""
     video: bool = True
     """record an evaluation video of env 0 at the end"""
-    video_episodes: int = 2
+    video_episodes: PositiveInt = 2
     """episodes of env 0 in the final evaluation video"""
 
     # ------------------------------------------------------------------ registry look-ups
@@ -153,6 +154,7 @@ class TrainConfig:
         if type(self) is not config_class(self.algo):
             raise ValueError(f"algo={self.algo!r} needs its own config class (rlrobot.config.config_class({self.algo!r})); "
                              f"got {type(self).__name__}")
+        check_domains(self)  # every numeric field inside its declared domain (finite, positive, a share, ...)
         validate_task_id(self.task)
         resolve_backend(self.task, self.backend)
         if ":" not in self.task:

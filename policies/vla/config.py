@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from rlrobot.domains import NonNegativeInt, Positive, PositiveInt
+
 VARIANTS = ("pi0", "pi05", "smolvla")
 """LeRobot policy types these adapters wrap (``type`` in a pretrained directory's config.json)"""
 EXTRA_HINT = "pip install -e '.[vla]' (Python >= 3.12: lerobot 0.6.1)"
@@ -20,29 +22,29 @@ class VLAConfig:
     """LeRobot VLA type ('' = the ``type`` of the checkpoint in --vla.path)"""
     path: str = ""
     """LeRobot pretrained directory on local disk (config.json + model.safetensors); hub ids are refused"""
-    chunk_size: int = 0
+    chunk_size: NonNegativeInt = 0
     """H: actions per chunk (0 = the checkpoint's chunk_size; another value is refused)"""
-    denoising_steps: int = 0
+    denoising_steps: NonNegativeInt = 0
     """K Euler steps from t = 1 (noise) to t = 0 (0 = the checkpoint's number of inference steps)"""
-    execute_steps: int = 0
+    execute_steps: NonNegativeInt = 0
     """actions of each chunk executed before re-planning (0 = the whole chunk)"""
     obs_keys: tuple[str, ...] = ()
     """our observation keys the VLA reads (() = every one its features name: state and image_<camera>)"""
     instruction: str = ""
     """the task text given to the VLM ('' = the task's own instruction)"""
-    noise_hidden: tuple[int, ...] = (128, 64)
+    noise_hidden: tuple[PositiveInt, ...] = (128, 64)
     """Flow-Noise head on the action expert's per-token features (pi_RL)"""
-    noise_std_min: float = 0.08
+    noise_std_min: Positive = 0.08
     """lower bound of the Flow-Noise step std"""
-    noise_std_max: float = 0.16
+    noise_std_max: Positive = 0.16
     """upper bound of the Flow-Noise step std"""
-    value_hidden: tuple[int, ...] = (512, 256, 128)
+    value_hidden: tuple[PositiveInt, ...] = (512, 256, 128)
     """value head (pi_RL): pi0 on the expert's features, pi0.5 and SmolVLA on the VLM's prefix output"""
     detach_critic: bool = True
     """the value loss does not reach the VLA's weights"""
-    lora_rank: int = 0
+    lora_rank: NonNegativeInt = 0
     """LoRA rank on the VLM and expert attention / MLP projections (0 = full fine-tuning); needs peft"""
-    lora_alpha: float = 16.0
+    lora_alpha: Positive = 16.0
     """LoRA scaling alpha"""
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     """module names that get LoRA adapters"""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
+from rlrobot.domains import PositiveInt
 from rlrobot.policies.registry import PolicySpec, register_policy
 
 from .token_ppo import TokenPPOConfig
@@ -22,7 +23,7 @@ from .token_ppo import TokenPPOConfig
 class VLAFastConfig:
     path: str = ""
     """a pi0-FAST directory on local disk (LeRobot's save_pretrained + tokenizer/ + fast_tokenizer/); never a hub id"""
-    value_hidden: int = 64
+    value_hidden: PositiveInt = 64
     """width of the value head on the VLM's prefix output"""
     detach_value: bool = True
     """the critic's gradient does not reach the VLM"""

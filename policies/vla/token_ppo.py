@@ -17,24 +17,26 @@ from typing import Any
 
 import torch
 
+from rlrobot.domains import NonNegative, Positive, PositiveInt, UnitInterval
+
 from .pi0_fast import TokenVLAPolicy
 
 
 @dataclass
 class TokenPPOConfig:
-    rollout_chunks: int = 4
+    rollout_chunks: PositiveInt = 4
     """chunks per env per iteration"""
-    epochs: int = 2
-    num_minibatches: int = 2
-    learning_rate: float = 1e-4
-    value_learning_rate: float = 1e-3
-    clip: float = 0.2
-    value_coef: float = 0.5
-    entropy_coef: float = 0.0
-    max_grad_norm: float = 1.0
-    gamma: float = 0.99
+    epochs: PositiveInt = 2
+    num_minibatches: PositiveInt = 2
+    learning_rate: Positive = 1e-4
+    value_learning_rate: Positive = 1e-3
+    clip: Positive = 0.2
+    value_coef: NonNegative = 0.5
+    entropy_coef: NonNegative = 0.0
+    max_grad_norm: Positive = 1.0
+    gamma: UnitInterval = 0.99
     """discount per chunk"""
-    gae_lambda: float = 0.95
+    gae_lambda: UnitInterval = 0.95
 
     def validate(self) -> None:
         for name in ("rollout_chunks", "epochs", "num_minibatches"):

@@ -13,13 +13,14 @@ from torch import nn
 
 from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, adam, as_float, mlp, offline_spec, register_offline
 from rlrobot.algorithms.registry import register_algorithm
+from rlrobot.domains import NonNegative
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 @dataclass
 class BCConfig(OfflineConfig):
-    weight_decay: float = 0.0
+    weight_decay: NonNegative = 0.0
     """Adam weight decay"""
 
     def validate(self, run) -> None:

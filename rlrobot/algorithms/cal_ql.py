@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, adam, as_float, offline_spec, register_offline, soft_update
 from rlrobot.algorithms.registry import register_algorithm
+from rlrobot.domains import NonNegative, Positive, PositiveInt, PositiveUnit
 from rlrobot.policies.sac_policy import QEnsemble, SquashedGaussianActor
 
 if TYPE_CHECKING:
@@ -33,26 +34,26 @@ if TYPE_CHECKING:
 
 @dataclass
 class CalQLConfig(OfflineConfig):
-    cql_alpha: float = 5.0
+    cql_alpha: NonNegative = 5.0
     """weight of the conservative regulariser"""
-    num_actions: int = 10
+    num_actions: PositiveInt = 10
     """uniform and policy actions per state in the regulariser's log-sum-exp"""
-    temperature: float = 1.0
+    temperature: Positive = 1.0
     """temperature T of the log-sum-exp"""
     calibrated: bool = True
     """Cal-QL's floor max(Q, MC return) on the policy actions' Q-values (False: plain CQL(H))"""
-    actor_lr: float = 1e-4
+    actor_lr: Positive = 1e-4
     """actor and entropy-temperature learning rate (the critics use lr)"""
-    init_alpha: float = 1.0
+    init_alpha: Positive = 1.0
     """initial entropy temperature (tuned toward -|A| from there; with sparse 0/1 rewards and a short budget a
     temperature of 1 outweighs the Q-values and keeps the actor near uniform)"""
-    tau: float = 0.005
+    tau: PositiveUnit = 0.005
     """Polyak rate of the target critics"""
     critic_layer_norm: bool = False
     """LayerNorm in every critic layer (WSRL's pretraining; an --algo wsrl run adopts it with the weights)"""
-    num_critics: int = 2
+    num_critics: PositiveInt = 2
     """critics in the ensemble (2: the twin critics of the reference code; WSRL pretrains a REDQ ensemble of 10)"""
-    num_target_critics: int = 2
+    num_target_critics: PositiveInt = 2
     """size of the random critic subset whose min forms the TD target (REDQ's M; = num_critics: min over all)"""
     actor_q: Literal["min", "mean"] = "min"
     """how the actor reduces the critic ensemble: min (twin critics) or mean (REDQ ensembles, as WSRL)"""

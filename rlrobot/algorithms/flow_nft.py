@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import nn
@@ -56,6 +56,7 @@ from rlrobot.algorithms.ppo import clipped_value_loss, normalized_advantages
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.algorithms.sft import TIME_SAMPLING, sample_time
 from rlrobot.data.rollout_storage import RolloutStorage
+from rlrobot.domains import Domain, NonNegative, NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
 from rlrobot.policies.flow import FlowPolicy
 
 SAMPLERS = ("ode", "noise")
@@ -66,13 +67,13 @@ WEIGHTINGS = ("adaptive", "none")
 
 @dataclass
 class FlowNFTConfig(AlgorithmConfig):
-    rollout_chunks: int = 8
+    rollout_chunks: PositiveInt = 8
     """chunks per env per rollout (each executes flow.execute_steps actions)"""
-    num_epochs: int = 4
+    num_epochs: PositiveInt = 4
     """passes over each rollout"""
-    num_minibatches: int = 4
+    num_minibatches: PositiveInt = 4
     """minibatches per pass"""
-    times_per_sample: int = 2
+    times_per_sample: PositiveInt = 2
     """fresh (t, eps) draws per chunk in each minibatch (the paper trains on several times per sample)"""
     antithetic: bool = False
     """draw the (t, eps) of each chunk in antithetic pairs (t, eps) and (t, -eps) (times_per_sample even): the same
@@ -88,50 +89,50 @@ class FlowNFTConfig(AlgorithmConfig):
     optimality: Literal["gae", "group"] = "gae"
     """where r comes from: gae (per-chunk GAE advantage from the value head) | group (whole episodes from shared start
     states, scored by episode outcome and normalised within their group; no critic)"""
-    group_size: int = 8
+    group_size: PositiveInt = 8
     """(group) envs that share one start state; num_envs must be a multiple"""
     group_score: Literal["return", "success", "success-steps"] = "return"
     """(group) the episode outcome: return (dense) | success | success-steps (PolicyTrim's step-efficiency reward:
     success + step_bonus * (1 - first-success step / episode length), the bonus only where the group's success rate
     >= reproducible_rate, so a fast success that its group does not reproduce earns nothing extra)"""
-    step_bonus: float = 0.5
+    step_bonus: NonNegative = 0.5
     """(success-steps) weight of the speed bonus"""
-    reproducible_rate: float = 0.5
+    reproducible_rate: UnitInterval = 0.5
     """(success-steps) group success rate from which the speed bonus counts"""
-    max_drift: float = 0.0
+    max_drift: NonNegative = 0.0
     """clip |v_theta - v_old| elementwise at this value inside the loss (a trust region; 0 = off)"""
-    beta: float = 1.0
+    beta: PositiveUnit = 1.0
     """implicit-policy step beta: v+ = (1 - beta) v_old + beta v_theta, v- = (1 + beta) v_old - beta v_theta"""
-    adv_clip: float = 2.0
+    adv_clip: Positive = 2.0
     """c: r = clip(A / c, -1, 1) / 2 + 1/2 on normalised advantages; the loss is scaled by c"""
     weighting: Literal["adaptive", "none"] = "adaptive"
     """adaptive: divide each sample's error by its detached mean |error| (the paper) | none: plain MSE"""
     time_sampling: Literal["beta", "uniform"] = "uniform"
     """flow time of the loss: uniform | beta (pi0's Beta(1.5, 1), as SFT)"""
-    ref_ema_ramp: float = 0.0
+    ref_ema_ramp: NonNegative = 0.0
     """reference-policy soft update eta = min(ref_ema_ramp * iteration, ref_ema_max); 0 = hard copy every iteration"""
-    ref_ema_max: float = 0.0
+    ref_ema_max: Annotated[float, Domain(0.0, 1.0, high_open=True)] = 0.0
     """upper bound of the reference EMA eta"""
-    anchor_coef: float = 0.0
+    anchor_coef: NonNegative = 0.0
     """weight of ||v_theta - v_init||^2 on the same noisy chunks (drift control toward the --init policy)"""
-    denoising_steps: int = 0
+    denoising_steps: NonNegativeInt = 0
     """K of the fine-tuned policy (rollouts, evaluation, the saved policy); 0 = the --init checkpoint's. NFT trains on
     the forward process, so any K works, e.g. 1-2 for fast deployment"""
     sampler: Literal["ode", "noise"] = "ode"
     """rollout solver: ode from random initial noise | noise (Flow-Noise steps with the noise head's std)"""
-    gamma: float = 0.99
+    gamma: UnitInterval = 0.99
     """discount per chunk"""
-    lam: float = 0.95
+    lam: UnitInterval = 0.95
     """GAE lambda (over chunks)"""
-    lr: float = 3e-5
+    lr: Positive = 3e-5
     """policy learning rate (Adam, fixed)"""
-    value_lr: float = 1e-3
+    value_lr: Positive = 1e-3
     """value head learning rate"""
-    value_clip: float = 0.2
+    value_clip: Positive = 0.2
     """clip of the value update around the rollout's values"""
-    max_grad_norm: float = 1.0
+    max_grad_norm: Positive = 1.0
     """gradient-norm clip, policy and value head separately"""
-    critic_warmup_iterations: int = 0
+    critic_warmup_iterations: NonNegativeInt = 0
     """iterations that train only the value head (an SFT checkpoint has none)"""
 
     def validate(self, run) -> None:

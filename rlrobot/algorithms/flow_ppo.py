@@ -28,6 +28,7 @@ from torch import nn
 from rlrobot.algorithms.ppo import AdaptiveLR, clipped_value_loss, normalized_advantages, validate_ppo_common
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.data.rollout_storage import RolloutStorage, masked_mean
+from rlrobot.domains import NonNegative, NonNegativeInt, Positive, PositiveInt, UnitInterval
 from rlrobot.policies.flow import FlowPolicy, gaussian_log_prob
 
 FLOW_VARIANTS = {"flow-noise": "noise", "flow-sde": "sde"}
@@ -43,48 +44,48 @@ class InitCheckpoint:
 
 @dataclass
 class FlowPPOConfig(AlgorithmConfig):
-    rollout_chunks: int = 8
+    rollout_chunks: PositiveInt = 8
     """chunks per env per rollout (each executes flow.execute_steps actions)"""
-    num_epochs: int = 4
+    num_epochs: PositiveInt = 4
     """passes over each rollout"""
-    num_minibatches: int = 4
+    num_minibatches: PositiveInt = 4
     """minibatches per pass"""
-    clip: float = 0.2
+    clip: Positive = 0.2
     """PPO ratio clip epsilon"""
-    dual_clip: float = 3.0
+    dual_clip: Positive = 3.0
     """dual-clip bound c: for negative advantages the loss is at most -c A"""
-    value_clip: float = 0.2
+    value_clip: Positive = 0.2
     """clip of the value update around the rollout's values"""
-    gamma: float = 0.99
+    gamma: UnitInterval = 0.99
     """discount per chunk"""
-    lam: float = 0.95
+    lam: UnitInterval = 0.95
     """GAE lambda (over chunks)"""
-    value_coef: float = 1.0
+    value_coef: NonNegative = 1.0
     """weight of the value loss"""
-    entropy_coef: float = 0.005
+    entropy_coef: NonNegative = 0.005
     """(flow-noise) bonus on the noise head's Gaussian entropy"""
-    lr: float = 1e-4
+    lr: Positive = 1e-4
     """policy (encoder, velocity network, noise head); the starting value when lr_schedule is adaptive"""
     lr_schedule: Literal["adaptive", "fixed", "linear"] = "adaptive"
     """adaptive: RSL-RL's rule on the policy lr (KL > 2x desired_kl: / 1.5; < desired_kl / 2: x 1.5) | fixed | linear:
     the policy lr x (1 - i / N) in iteration i = 0..N-1"""
-    desired_kl: float = 0.02
+    desired_kl: Positive = 0.02
     """per-chunk KL(old || new) target of the adaptive schedule"""
-    lr_min: float = 1e-6
+    lr_min: Positive = 1e-6
     """lower bound of the adaptive lr"""
-    lr_max: float = 1e-3
+    lr_max: Positive = 1e-3
     """upper bound of the adaptive lr"""
-    value_lr: float = 1e-3
+    value_lr: Positive = 1e-3
     """value head learning rate (fixed)"""
-    max_grad_norm: float = 1.0
+    max_grad_norm: Positive = 1.0
     """gradient-norm clip, applied to the policy and the value head separately"""
     ratio_level: Literal["chunk", "element"] = "chunk"
     """chunk: one ratio per chunk | element: one ratio per action element (same advantage)"""
     sde_mode: Literal["hybrid", "full"] = "hybrid"
     """(flow-sde) hybrid: one random stochastic step per sample | full: every step stochastic"""
-    noise_level: float = 0.5
+    noise_level: Positive = 0.5
     """(flow-sde) a in sigma_t = a * sqrt(t / (1 - t))"""
-    critic_warmup_iterations: int = 0
+    critic_warmup_iterations: NonNegativeInt = 0
     """iterations that train only the value head (the SFT checkpoint has none)"""
     normalize_advantages: bool = True
     """advantages to zero mean, unit std per update"""

@@ -18,35 +18,36 @@ from typing import Literal
 from rlrobot.algorithms.flow_ppo import FlowPPOConfig, InitCheckpoint, adopt_init_architecture
 from rlrobot.algorithms.ppo import validate_ppo_common
 from rlrobot.algorithms.registry import AlgorithmSpec, register_algorithm
+from rlrobot.domains import NonNegative, Positive, PositiveInt, UnitInterval
 from rlrobot.rewards.srpo import SRPOSettings
 
 
 @dataclass
 class FlowSRPOConfig(FlowPPOConfig):
-    group_size: int = 8
+    group_size: PositiveInt = 8
     """envs that share one start state (a GRPO group); num_envs must be a multiple"""
-    fail_scale: float = 0.6
+    fail_scale: NonNegative = 0.6
     """a failure's reward is fail_scale * sigmoid(temperature * (0.5 - d_hat)) (SRPO: 0.6)"""
-    temperature: float = 10.0
+    temperature: Positive = 10.0
     """SRPO: 10"""
-    low: float = 0.1
+    low: UnitInterval = 0.1
     """group filter: keep groups with success rate in [low, high] (SRPO: [0.1, 0.9])"""
-    high: float = 0.9
+    high: UnitInterval = 0.9
     """upper end of the group filter"""
     cluster: Literal["dbscan", "mean"] = "dbscan"
     """success centres per instruction: dbscan clusters | the mean"""
-    eps_scale: float = 0.5
+    eps_scale: Positive = 0.5
     """(dbscan) eps = eps_scale x median pairwise success distance"""
     encoder: str = ""
     """per-frame features of the trajectory embedding: '' = the standardised state | prm:PATH = that progress model's
     encoder"""
-    lr: float = 1e-5
+    lr: Positive = 1e-5
     """policy learning rate (measured on so101-reach from a 5-demo SFT checkpoint: 1e-4, flow-policy PPO's default,
     collapsed the policy in its first update (KL 28, eval success 0.66 -> 0) for flow-srpo and flow-noise alike;
     1e-5 improved it)"""
-    lr_max: float = 1e-5
+    lr_max: Positive = 1e-5
     """upper bound of the adaptive lr (the lr may only fall below lr)"""
-    value_coef: float = 0.0
+    value_coef: NonNegative = 0.0
     """no critic: the advantages are SRPO's group-normalised episode rewards"""
     normalize_advantages: bool = False
     """the advantages are already normalised within their groups"""

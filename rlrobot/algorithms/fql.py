@@ -39,6 +39,7 @@ from torch import nn
 
 from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, as_float, offline_spec, register_offline, soft_update
 from rlrobot.algorithms.registry import register_algorithm
+from rlrobot.domains import NonNegative, PositiveInt, PositiveUnit
 
 VelocityFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """v(obs_features [B, D], x [B, A], f [B, 1]) -> velocity [B, A]"""
@@ -162,17 +163,17 @@ ACT_NOISE = ("sampled", "zero")
 
 @dataclass
 class FQLConfig(OfflineConfig):
-    alpha: float = 10.0
+    alpha: NonNegative = 10.0
     """distillation weight (the BC strength; reference 10, 300 on OGBench cube / scene)"""
-    flow_steps: int = 10
+    flow_steps: PositiveInt = 10
     """Euler steps F of the BC flow (the distillation target)"""
-    tau: float = 0.005
+    tau: PositiveUnit = 0.005
     """Polyak rate of the target critics"""
     q_agg: Literal["mean", "min"] = "mean"
     """how the TD target reduces the two target critics (reference: mean)"""
     normalize_q_loss: bool = False
     """scale the actor's Q term by 1 / E|Q| (stop-gradient), making alpha independent of the reward scale"""
-    q_weight: float = 1.0
+    q_weight: NonNegative = 1.0
     """weight of the actor's Q term (0 = the one-step policy is a pure distillation of the BC flow: an ablation)"""
     act_noise: Literal["sampled", "zero"] = "sampled"
     """the noise z the policy acts from in evaluation and deployment: sampled z ~ N(0, I), as the reference evaluates

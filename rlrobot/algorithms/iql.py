@@ -31,6 +31,7 @@ from rlrobot.algorithms.offline import (
     soft_update,
 )
 from rlrobot.algorithms.registry import register_algorithm
+from rlrobot.domains import NonNegative, OpenUnitInterval, PositiveUnit
 from rlrobot.policies.sac_policy import QEnsemble
 
 MAX_WEIGHT = 100.0
@@ -38,11 +39,11 @@ MAX_WEIGHT = 100.0
 
 @dataclass
 class IQLConfig(OfflineConfig):
-    expectile: float = 0.7
+    expectile: OpenUnitInterval = 0.7
     """tau of the value's expectile regression (0.7 locomotion, 0.9 sparse antmaze)"""
-    beta: float = 3.0
+    beta: NonNegative = 3.0
     """inverse temperature of the advantage weights (3 locomotion, 10 antmaze)"""
-    tau: float = 0.005
+    tau: PositiveUnit = 0.005
     """Polyak rate of the target critics"""
     critic_layer_norm: bool = False
     """LayerNorm in the critics and the value"""

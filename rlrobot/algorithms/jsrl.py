@@ -41,10 +41,12 @@ import os
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import torch
+
+from rlrobot.domains import Domain, PositiveInt
 
 if TYPE_CHECKING:
     from rlrobot.algorithms.registry import AlgorithmSpec
@@ -66,13 +68,13 @@ class JSRLConfig:
     guide: str = ""
     """JSRL guide: '' (off) | expert (the task's scripted expert) | a run or checkpoint directory (SFT flow, offline,
     SAC or PPO policy of the same observation and action spaces), acting deterministically"""
-    horizon: int | None = None
+    horizon: PositiveInt | None = None
     """H: steps the guide acts at stage 0 (None = the task's episode length)"""
-    stages: int = 10
+    stages: PositiveInt = 10
     """curriculum stages from h = H down to h = 0"""
-    tolerance: float = 0.1
+    tolerance: Annotated[float, Domain(0.0, 1.0, high_open=True)] = 0.1
     """advance when the moving mean of success >= best - tolerance x |best|"""
-    window: int = 64
+    window: PositiveInt = 64
     """finished training episodes (guide then learner) in the moving mean of success"""
     variant: Literal["curriculum", "random"] = "curriculum"
     """curriculum: h shrinks by stages; random: h ~ uniform {0, ..., H-1} per episode"""

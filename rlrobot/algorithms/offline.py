@@ -45,6 +45,7 @@ from torch import nn
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec
 from rlrobot.algorithms.sft import DatasetInput
+from rlrobot.domains import NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
 from rlrobot.policies.normalizer import RunningNormalizer
 from rlrobot.policies.registry import PolicySpec, register_policy
 
@@ -57,11 +58,11 @@ OFFLINE_POLICY_KIND = "offline"
 
 @dataclass
 class SemiSupervisedInput:
-    labelled_fraction: float = 1.0
+    labelled_fraction: PositiveUnit = 1.0
     """share of the dataset's episodes whose actions are kept (semi-supervised offline RL): the others lose their
     actions, an inverse-dynamics model trained on the kept ones labels them, the algorithm trains on the union
     (1.0 = every action as recorded)"""
-    inverse_dynamics_steps: int = 1000
+    inverse_dynamics_steps: PositiveInt = 1000
     """gradient steps of the inverse-dynamics model (with --labelled-fraction below 1; a 128x128 MLP: on so101-push
     noisy with 10 % labelled its relabelling error was the same after 1,000 steps as after 3,000 with 256x256)"""
 
@@ -70,19 +71,19 @@ class SemiSupervisedInput:
 class OfflineConfig(AlgorithmConfig):
     """Base section of every offline algorithm (subclasses add their own fields and call ``super().validate``)."""
 
-    gradient_steps: int = 100_000
+    gradient_steps: PositiveInt = 100_000
     """the budget: gradient steps in all (each update() is one)"""
-    batch_size: int = 256
+    batch_size: PositiveInt = 256
     """transitions (or h-step windows) per gradient step"""
-    updates_per_iteration: int = 1000
+    updates_per_iteration: PositiveInt = 1000
     """gradient steps between log lines (one runner iteration); evaluations and checkpoints fall on iterations"""
-    hidden: tuple[int, ...] = (256, 256)
+    hidden: tuple[PositiveInt, ...] = (256, 256)
     """hidden layer sizes of the MLPs (CPU presets use smaller ones than the papers)"""
-    lr: float = 3e-4
+    lr: Positive = 3e-4
     """Adam learning rate"""
-    gamma: float = 0.99
+    gamma: UnitInterval = 0.99
     """discount"""
-    max_episodes: int = 0
+    max_episodes: NonNegativeInt = 0
     """use only the first N episodes of the dataset (0 = all)"""
 
     def validate(self, run) -> None:
@@ -276,7 +277,7 @@ class ChunkedOfflinePolicy(OfflinePolicy):
 
 @dataclass
 class OfflinePolicyConfig:
-    execute_steps: int = 0
+    execute_steps: NonNegativeInt = 0
     """chunked offline actors: actions of each planned chunk executed before re-planning (0 = the whole chunk)"""
 
     def validate(self, run) -> None:

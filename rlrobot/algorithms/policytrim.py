@@ -18,20 +18,22 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from rlrobot.domains import Domain, PositiveInt
 
 
 @dataclass
 class PolicyTrimConfig:
     curriculum: bool = False
     """grow flow.execute_steps while training success holds (PolicyTrim's execute-length curriculum)"""
-    step: int = 1
+    step: PositiveInt = 1
     """actions added to the executed part of each chunk per stage"""
-    window: int = 128
+    window: PositiveInt = 128
     """finished training episodes in the windowed success mean"""
-    tolerance: float = 0.03
+    tolerance: Annotated[float, Domain(0.0, 1.0, high_open=True)] = 0.03
     """advance while the windowed success >= best windowed success - tolerance"""
-    min_iterations: int = 5
+    min_iterations: PositiveInt = 5
     """iterations at a stage before it may advance"""
 
     def validate(self) -> None:

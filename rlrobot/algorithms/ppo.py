@@ -19,6 +19,7 @@ from torch import nn
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.data.rollout_storage import RolloutStorage, masked_mean
+from rlrobot.domains import NonNegative, Positive, PositiveInt, UnitInterval
 from rlrobot.policies.actor_critic import ActorCritic
 
 LR_SCHEDULES = ("adaptive", "fixed", "linear")
@@ -27,36 +28,36 @@ _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 @dataclass
 class PPOConfig(AlgorithmConfig):
-    rollout_steps: int = 24
+    rollout_steps: PositiveInt = 24
     """vector-env steps per env per iteration (the rollout length)"""
-    num_epochs: int = 5
+    num_epochs: PositiveInt = 5
     """passes over each rollout"""
-    num_minibatches: int = 4
+    num_minibatches: PositiveInt = 4
     """minibatches per pass"""
-    clip: float = 0.2
+    clip: Positive = 0.2
     """PPO ratio clip epsilon"""
-    value_clip: float = 0.2
+    value_clip: Positive = 0.2
     """clip of the value update around the rollout's values"""
-    gamma: float = 0.99
+    gamma: UnitInterval = 0.99
     """discount"""
-    lam: float = 0.95
+    lam: UnitInterval = 0.95
     """GAE lambda"""
-    value_coef: float = 1.0
+    value_coef: NonNegative = 1.0
     """weight of the value loss"""
-    entropy_coef: float = 0.01
+    entropy_coef: NonNegative = 0.01
     """weight of the entropy bonus"""
-    lr: float = 1e-3
+    lr: Positive = 1e-3
     """the starting value when lr_schedule is adaptive"""
     lr_schedule: Literal["adaptive", "fixed", "linear"] = "adaptive"
     """adaptive: RSL-RL's rule (KL > 2 x desired_kl: lr / 1.5; 0 < KL < desired_kl / 2: lr x 1.5) | fixed | linear:
     lr x (1 - i / N) in iteration i = 0..N-1 of the run (CleanRL's anneal_lr)"""
-    desired_kl: float = 0.01
+    desired_kl: Positive = 0.01
     """KL target of the adaptive schedule"""
-    lr_min: float = 1e-5
+    lr_min: Positive = 1e-5
     """lower bound of the adaptive lr"""
-    lr_max: float = 1e-2
+    lr_max: Positive = 1e-2
     """upper bound of the adaptive lr"""
-    max_grad_norm: float = 1.0
+    max_grad_norm: Positive = 1.0
     """global gradient-norm clip"""
     normalize_advantages: bool = True
     """advantages to zero mean, unit std per update"""
@@ -64,7 +65,7 @@ class PPOConfig(AlgorithmConfig):
     """divide each reward by the running std of the envs' discounted returns, then clip to +-reward_clip (the
     NormalizeReward of gym / baselines' VecNormalize that CleanRL's MuJoCo PPO uses); episode returns in the logs
     and evaluations stay unscaled"""
-    reward_clip: float = 10.0
+    reward_clip: Positive = 10.0
     """clip of the normalised reward (with normalize_rewards)"""
     fused_adam: bool = False
     """Adam as one fused kernel over all parameters (CPU / CUDA): ~2.5x faster optimizer step on the CPU, the same

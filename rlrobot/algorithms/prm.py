@@ -13,61 +13,62 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import nn
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.algorithms.sft import DatasetInput
+from rlrobot.domains import Domain, NonNegative, NonNegativeInt, Positive, PositiveInt, UnitInterval
 from rlrobot.policies.registry import PolicySpec, register_policy
 from rlrobot.rewards.prm import PRMNetConfig, VLACProgressModel
 
 
 @dataclass
 class PRMConfig(AlgorithmConfig):
-    num_updates: int = 4000
+    num_updates: PositiveInt = 4000
     """gradient steps"""
-    batch_size: int = 256
+    batch_size: PositiveInt = 256
     """pairs (and as many frames for the completion loss) per update"""
-    lr: float = 1e-3
+    lr: Positive = 1e-3
     """peak learning rate (AdamW; cosine decay to 10 %)"""
-    weight_decay: float = 1e-4
+    weight_decay: NonNegative = 1e-4
     """AdamW weight decay"""
-    max_grad_norm: float = 1.0
+    max_grad_norm: Positive = 1.0
     """global gradient-norm clip"""
-    max_skip: int = 40
+    max_skip: PositiveInt = 40
     """pairs (i, j) are at most this many frames apart (besides the anchored ones)"""
-    anchor_share: float = 0.2
+    anchor_share: UnitInterval = 0.2
     """share of pairs starting at their episode's first frame (long-range deltas)"""
-    reversed_share: float = 0.25
+    reversed_share: UnitInterval = 0.25
     """share of pairs reversed (j -> i: negative delta)"""
-    repeated_share: float = 0.1
+    repeated_share: UnitInterval = 0.1
     """share of pairs of one frame twice (delta 0)"""
-    mismatched_share: float = 0.2
+    mismatched_share: UnitInterval = 0.2
     """share of pairs (and done frames) shown another instruction of the data (delta 0, done 0)"""
-    hard_mismatch_share: float = 0.0
+    hard_mismatch_share: UnitInterval = 0.0
     """share of the pairs' mismatched instructions drawn from the same suite family (hard negatives), the rest uniform"""
-    done_mismatched_share: float = -1.0
+    done_mismatched_share: Annotated[float, Domain(-1.0, 1.0)] = -1.0
     """share of the completion loss's frames shown another instruction (done 0); -1 = prm.mismatched_share"""
-    done_weight: float = 0.5
+    done_weight: NonNegative = 0.5
     """weight of the completion model's loss"""
-    done_positive_share: float = 0.0
+    done_positive_share: UnitInterval = 0.0
     """share of the completion loss's frames drawn from done frames (0 = uniform over frames)"""
-    match_weight: float = 0.5
+    match_weight: NonNegative = 0.5
     """weight of the match head's loss (--prm-net.match-gate)"""
-    rank_weight: float = 0.0
+    rank_weight: NonNegative = 0.0
     """weight of a pairwise ranking loss on the forward and reversed pairs (RankNet: logistic loss on the sign of the
     pair's true progress change, of its delta logit / prm.rank_temperature); 0 = off. The delta's squared error
     hardly weighs the order of two frames whose progress differs by a few hundredths; Spearman is that order"""
-    rank_temperature: float = 0.02
+    rank_temperature: Positive = 0.02
     """the delta logit's scale in the ranking loss (a logit of this size is a confident order)"""
-    rank_margin: float = 0.005
+    rank_margin: NonNegative = 0.005
     """pairs whose true delta is at most this are left out of the ranking loss (ties, label noise)"""
     rank_mismatched_ties: bool = False
     """the mismatched pairs join the ranking loss as ties (RankNet's target 1/2: no order under another instruction),
     so the loss that sharpens the order of the matched pairs sharpens the mismatched ones' zero too"""
-    min_time_correlation: float = 0.5
+    min_time_correlation: Annotated[float, Domain(-1.0, 1.0)] = 0.5
     """VLAC's filter: an episode trains progress only if Spearman(labels, time) >= this"""
     filter_failures: bool = True
     """apply the time-correlation filter to failed episodes too (False: successes only; a failure's labels are the
@@ -79,22 +80,22 @@ class PRMConfig(AlgorithmConfig):
     """training labels after a successful episode's first done frame: hold (1 on every later frame, VLAC: a
     demonstration ends at success) | track (1 while the task stays done, the task's dense progress where it is lost
     again, e.g. a cube dropped after the lift; held-out evaluation stays on hold)"""
-    calibration_episodes: int = 0
+    calibration_episodes: NonNegativeInt = 0
     """episodes per dataset directory kept out of training to choose the done threshold on (0 = training frames)"""
     exclude_families: tuple[str, ...] = ()
     """suite families whose datasets are left out of training (the held-out-family test), e.g. stack"""
     eval_dataset: str = ""
     """held-out LeRobotDataset(s) (DIR[,DIR...]) evaluated at the end ('' = the last --prm.holdout-episodes of the data)"""
-    holdout_episodes: int = 16
+    holdout_episodes: NonNegativeInt = 16
     """episodes kept out of training for evaluation when no --prm.eval-dataset is given (0 = none)"""
-    eval_stride: int = 5
+    eval_stride: PositiveInt = 5
     """frames between the pairs of the evaluation's progress curves"""
-    max_episodes: int = 0
+    max_episodes: NonNegativeInt = 0
     """use only the first N episodes of the data (0 = all)"""
     init: str = ""
     """warm start: a PRM run / checkpoint (rlrobot train --algo prm) of the same observation space and widths whose
     weights start this run (a head it lacks, e.g. --prm-net.match-gate's, starts fresh); '' = random"""
-    updates_per_iteration: int = 100
+    updates_per_iteration: PositiveInt = 100
     """gradient steps between log lines (one runner iteration)"""
 
     def validate(self, run) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 
@@ -52,6 +52,7 @@ from rlrobot.algorithms.offline import (
     soft_update,
 )
 from rlrobot.algorithms.registry import register_algorithm
+from rlrobot.domains import Domain, NonNegative, OpenUnitInterval, PositiveInt, PositiveUnit
 
 
 # ---------------------------------------------------------------------------------------------- the math
@@ -94,21 +95,21 @@ def h_step_target(rewards: torch.Tensor, valid: torch.Tensor, terminals: torch.T
 # ---------------------------------------------------------------------------------------------- the algorithm
 @dataclass
 class RQLConfig(OfflineConfig):
-    horizon: int = 3
+    horizon: PositiveInt = 3
     """h: actions per chunk (the actor's output and the critic's h-step target; reference 3, manipulation 5)"""
-    alpha: float = 1.0
+    alpha: NonNegative = 1.0
     """weight of the flow-matching BC loss in the actor loss (reference 1, manipulation 1-10)"""
-    expectile: float = 0.5
+    expectile: OpenUnitInterval = 0.5
     """kappa of the critic's expectile regression (0.5 = least squares; manipulation 0.7-0.9)"""
-    rho: float = 0.0
+    rho: NonNegative = 0.0
     """ensemble pessimism: the target is mean - rho * std over the target values (manipulation 0.5)"""
-    num_values: int = 10
+    num_values: PositiveInt = 10
     """ensemble size E of V(s, x^f, f)"""
-    flow_steps: int = 10
+    flow_steps: PositiveInt = 10
     """Euler steps F of the flow (acting and reversal)"""
-    tau: float = 0.005
+    tau: PositiveUnit = 0.005
     """Polyak rate of the target values"""
-    ema: float = 0.999
+    ema: Annotated[float, Domain(0.0, 1.0, high_open=True)] = 0.999
     """decay of the EMA actor that acts"""
     act_noise: Literal["sampled", "zero"] = "sampled"
     """the noise z the policy acts from in evaluation and deployment: sampled z ~ N(0, I), as the reference evaluates

@@ -23,6 +23,7 @@ from torch import nn
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.data.replay_buffer import ReplayBuffer
+from rlrobot.domains import Finite, NonNegative, NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
 from rlrobot.policies.sac_policy import SACPolicy
 
 ACTOR_Q_REDUCTIONS = ("min", "mean")
@@ -31,48 +32,48 @@ ACTOR_BATCHES = ("last", "round")
 
 @dataclass
 class SACConfig(AlgorithmConfig):
-    gamma: float = 0.99
+    gamma: UnitInterval = 0.99
     """discount"""
-    tau: float = 0.005
+    tau: PositiveUnit = 0.005
     """Polyak rate of the target critics"""
-    batch_size: int = 512
+    batch_size: PositiveInt = 512
     """transitions per critic gradient step"""
-    utd: float = 0.5
+    utd: Positive = 0.5
     """update-to-data ratio as the papers mean it (RLPD, REDQ, WSRL): critic gradient steps per collected transition
     (summed over envs; fractions carry over), with one actor and temperature step per collected transition (one per
     critic step when utd < 1)"""
     actor_batch: Literal["last", "round"] = "last"
     """what the actor and temperature step of a round reads: the round's last critic minibatch (RLPD) or all of the
     round's minibatches together (WSRL)"""
-    learning_starts: int = 4_000
+    learning_starts: NonNegativeInt = 4_000
     """transitions collected with uniform random actions before the first update"""
-    buffer_size: int = 1_000_000
+    buffer_size: PositiveInt = 1_000_000
     """replay capacity in transitions"""
-    n_step: int = 1
+    n_step: PositiveInt = 1
     """n of the n-step return"""
-    rollout_steps: int = 4
+    rollout_steps: PositiveInt = 4
     """vector-env steps collected between two update phases (one runner iteration)"""
     save_replay: bool = False
     """write the replay buffer with each checkpoint so that --resume continues without a cold buffer"""
-    actor_lr: float = 3e-4
+    actor_lr: Positive = 3e-4
     """actor learning rate"""
-    critic_lr: float = 3e-4
+    critic_lr: Positive = 3e-4
     """critic learning rate"""
-    alpha_lr: float = 3e-4
+    alpha_lr: Positive = 3e-4
     """temperature learning rate"""
-    init_alpha: float = 1.0
+    init_alpha: Positive = 1.0
     """initial entropy temperature"""
     autotune_alpha: bool = True
     """tune the temperature toward target_entropy"""
-    target_entropy: float | None = None
+    target_entropy: Finite | None = None
     """entropy target of the temperature tuning (None = -|A|)"""
-    num_target_critics: int = 2
+    num_target_critics: PositiveInt = 2
     """size of the random critic subset whose min forms the target (REDQ's M; = policy.num_critics for plain SAC)"""
     actor_q: Literal["min", "mean"] = "min"
     """how the actor reduces the critic ensemble: min (SAC) or mean (REDQ)"""
-    actor_update_every: int = 1
+    actor_update_every: PositiveInt = 1
     """update rounds (one per collected transition at utd >= 1) per actor and temperature step: TD3's policy delay"""
-    max_grad_norm: float = 0.0
+    max_grad_norm: NonNegative = 0.0
     """gradient-norm clip for actor and critics (0 = off)"""
 
     def env_steps_per_iteration(self, run) -> int:

@@ -14,6 +14,7 @@ import torch
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.data.demonstrations import Demonstrations
+from rlrobot.domains import NonNegative, NonNegativeInt, Positive, PositiveInt
 from rlrobot.policies.flow import FlowPolicy
 
 TIME_SAMPLING = ("beta", "uniform")
@@ -27,23 +28,23 @@ class DatasetInput:
 
 @dataclass
 class SFTConfig(AlgorithmConfig):
-    num_updates: int = 5000
+    num_updates: PositiveInt = 5000
     """gradient steps"""
-    batch_size: int = 256
+    batch_size: PositiveInt = 256
     """chunks per gradient update"""
-    lr: float = 3e-4
+    lr: Positive = 3e-4
     """peak learning rate (AdamW)"""
-    weight_decay: float = 1e-4
+    weight_decay: NonNegative = 1e-4
     """AdamW weight decay"""
-    warmup_updates: int = 200
+    warmup_updates: NonNegativeInt = 200
     """linear warm-up before the cosine decay"""
-    max_grad_norm: float = 1.0
+    max_grad_norm: Positive = 1.0
     """global gradient-norm clip"""
     time_sampling: Literal["beta", "uniform"] = "beta"
     """beta (pi0: Beta(1.5, 1), skewed to high noise) | uniform"""
-    updates_per_iteration: int = 100
+    updates_per_iteration: PositiveInt = 100
     """gradient steps between log lines (one runner iteration)"""
-    max_episodes: int = 0
+    max_episodes: NonNegativeInt = 0
     """use only the first N episodes of the dataset (0 = all)"""
 
     def validate(self, run) -> None:

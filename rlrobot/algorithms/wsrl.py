@@ -28,6 +28,7 @@ from rlrobot.algorithms.cal_ql import conservative_penalty
 from rlrobot.algorithms.registry import AlgorithmSpec, register_algorithm
 from rlrobot.algorithms.sac import SAC, SACConfig
 from rlrobot.algorithms.sft import DatasetInput
+from rlrobot.domains import NonNegative, NonNegativeInt, OpenUnitInterval, Positive, PositiveInt
 
 WARM_START_RUNNER = "rlrobot.runners.warm_start:WarmStartRunner"
 SAC_FITTING_OFFLINE = ("cal-ql",)
@@ -81,16 +82,16 @@ class WarmStartConfig(SACConfig):
 
 @dataclass
 class WSRLConfig(WarmStartConfig):
-    utd: float = 4.0
+    utd: Positive = 4.0
     """critic gradient steps per collected transition after the warm-up, with one actor and temperature step per
     collected transition (WSRL: 4)"""
-    batch_size: int = 256
+    batch_size: PositiveInt = 256
     """transitions per critic step, online data only (WSRL: one batch of 1,024 split into 4 critic minibatches)"""
     actor_batch: Literal["last", "round"] = "round"
     """the actor and temperature step reads all of the round's critic minibatches (WSRL: the batch of 1,024)"""
-    learning_starts: int = 5_000
+    learning_starts: NonNegativeInt = 5_000
     """the warm-up: env steps collected by the frozen --init policy (no gradient step) before SAC starts (WSRL: 5,000)"""
-    actor_delay: int = 0
+    actor_delay: NonNegativeInt = 0
     """gradient steps after the switch that update the critics (and their targets) only: the actor and the temperature
     stay as the --init run left them while the critics recalibrate to the online data (0: SAC from the first step)"""
     backup_entropy: bool = False
@@ -106,32 +107,32 @@ class WSRLConfig(WarmStartConfig):
 
 @dataclass
 class RLPDConfig(WarmStartConfig):
-    utd: float = 20.0
+    utd: Positive = 20.0
     """critic gradient steps per collected transition, with one actor and temperature step per collected transition
     (RLPD: up to 20)"""
-    batch_size: int = 256
+    batch_size: PositiveInt = 256
     """transitions per critic step, offline_ratio of them from --dataset"""
-    learning_starts: int = 5_000
+    learning_starts: NonNegativeInt = 5_000
     """transitions collected with uniform random actions before the first update"""
-    offline_ratio: float = 0.5
+    offline_ratio: OpenUnitInterval = 0.5
     """share of each batch drawn from --dataset (RLPD's symmetric sampling: 0.5)"""
 
 
 @dataclass
 class CalQLOnlineConfig(WarmStartConfig):
-    utd: float = 1.0
+    utd: Positive = 1.0
     """critic gradient steps per collected transition (Cal-QL fine-tuning: 1)"""
-    batch_size: int = 256
+    batch_size: PositiveInt = 256
     """transitions per critic step, offline_ratio of them from --dataset"""
-    learning_starts: int = 1_000
+    learning_starts: NonNegativeInt = 1_000
     """online transitions (collected by the --init policy) before the first update"""
-    offline_ratio: float = 0.5
+    offline_ratio: OpenUnitInterval = 0.5
     """share of each batch drawn from --dataset (Cal-QL fine-tuning: 0.5)"""
-    cql_alpha: float | None = None
+    cql_alpha: NonNegative | None = None
     """weight of the conservative regulariser on the offline half (None: the --init run's cal_ql.cql_alpha)"""
-    cql_actions: int | None = None
+    cql_actions: PositiveInt | None = None
     """uniform and policy actions per state in the regulariser (None: the --init run's cal_ql.num_actions)"""
-    cql_temperature: float = 1.0
+    cql_temperature: Positive = 1.0
     """temperature of the regulariser's log-sum-exp"""
     calibrated: bool = True
     """floor the policy actions' Q at the offline data's MC returns (Cal-QL; False: CQL)"""

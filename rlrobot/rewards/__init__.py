@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rlrobot.domains import NonNegative, PositiveInt, UnitInterval
+
 RewardFactory = Callable[[Any], Any]  # VecEnv -> wrapped VecEnv
 _SHAPINGS: dict[str, Callable[..., RewardFactory]] = {}
 _TAKES_CONFIG: set[str] = set()
@@ -85,18 +87,18 @@ class RewardConfig:
     with the task's dense reward as Phi) | prm:PATH (a process reward model's progress, rlrobot train --algo prm) |
     srpo (SRPO latent progress: a trajectory reward at each episode's end against recent successes of its
     instruction); all add to the task's reward: use with --reward-mode sparse"""
-    gamma: float | None = None
+    gamma: UnitInterval | None = None
     """discount of the potential-based terms (None = the algorithm's, which keeps the optimal policy unchanged)"""
     prm_mode: Literal["potential", "raw", "progress"] = "potential"
     """(prm) potential: gamma Phi(s') - Phi(s) with Phi(s_t) = progress of s_t from the episode's first frame | raw: the
     per-step progress delta (s_t -> s_t+1) | progress: Phi(s_t+1) itself, a level reward (not potential-based)"""
-    prm_scale: float = 1.0
+    prm_scale: NonNegative = 1.0
     """(prm) weight of the progress term"""
     prm_done: bool = False
     """(prm) end an episode (terminated) when the model's done probability exceeds its threshold"""
-    srpo_scale: float = 1.0
+    srpo_scale: NonNegative = 1.0
     """(srpo) weight of the trajectory reward (1 for a success, < 0.6 for a failure)"""
-    srpo_memory: int = 64
+    srpo_memory: PositiveInt = 64
     """(srpo) recent successes (and failure distances) kept per instruction as the reference"""
 
     def validate(self, run) -> None:

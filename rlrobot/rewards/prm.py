@@ -22,10 +22,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Annotated, Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
+
+from rlrobot.domains import Domain, PositiveInt, UnitInterval
 
 PROGRESS_HEADS = ("pair", "value")
 EMBEDDING_KEY = "instruction_embedding"
@@ -68,13 +70,13 @@ class PRMNetConfig:
 
     obs_keys: tuple[str, ...] = ("state",)
     """observation keys the PRM reads: state and/or image_<camera> (the task's obs mode must provide them)"""
-    state_hidden: tuple[int, ...] = (256, 256)
+    state_hidden: tuple[PositiveInt, ...] = (256, 256)
     """state encoder MLP"""
-    embed_dim: int = 128
+    embed_dim: PositiveInt = 128
     """one observation's encoding"""
-    text_dim: int = 128
+    text_dim: PositiveInt = 128
     """projection of the 384-d instruction embedding"""
-    head_hidden: tuple[int, ...] = (256, 256)
+    head_hidden: tuple[PositiveInt, ...] = (256, 256)
     """progress head MLP over (e_before, e_after, e_after - e_before) ("pair") or over one frame's encoding
     ("value"), FiLM-modulated by the instruction"""
     progress_head: str = "pair"
@@ -82,9 +84,9 @@ class PRMNetConfig:
     -log(1 - V(s)) and delta = 1 - exp(w(s_before) - w(s_after)), i.e. (V_a - V_b) / (1 - V_b) of one per-frame
     progress V: the value update then telescopes, so a chain of pairs equals delta(s_0, s_t) at any stride (no pair
     error accumulates along an episode)"""
-    conv_channels: tuple[int, ...] = (16, 32, 32)
+    conv_channels: tuple[PositiveInt, ...] = (16, 32, 32)
     """image encoder: stride-2 3x3 convs (a small net trained here), then a linear layer to embed_dim"""
-    done_threshold: float = 0.5
+    done_threshold: UnitInterval = 0.5
     """done_prob above this is done (``rlrobot train --algo prm`` sets it at the end to the best F1 on training frames)"""
     match_gate: bool = False
     """a match head P(the instruction fits this pair) multiplies the delta (trained by BCE: mismatched instructions 0,
@@ -97,11 +99,11 @@ class PRMNetConfig:
     entity_names: tuple[str, ...] = ()
     """(state_entities) each entity's name as instruction token ids (SO101Suite.entity_name_tokens); needs
     "instruction_tokens" in obs_keys"""
-    entity_anchor: int = -1
+    entity_anchor: Annotated[int, Domain(low=-1)] = -1
     """(state_entities) state index of the gripper's xyz for the relational features (SO101Suite.tcp_index); -1 = none"""
-    entity_queries: int = 4
+    entity_queries: PositiveInt = 4
     """(state_entities) entities each observation picks (long-horizon names four: two cubes, a container, a zone)"""
-    entity_dim: int = 64
+    entity_dim: PositiveInt = 64
     """(state_entities) width of an entity token"""
 
     def validate(self, run=None) -> None:
