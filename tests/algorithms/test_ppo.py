@@ -167,9 +167,9 @@ def test_ppo_learns_reach(tmp_path):
     assert last > first + 5
 
 
-def _seeded_cheetah_run(tmp_path, name):
+def _seeded_cheetah_run(tmp_path, name, seed=3):
     cfg = train_config("ppo", task="mujoco-HalfCheetah-v5", control_mode="joint_torque", num_envs=8, total_steps=8 * 16 * 2,
-                      seed=3, logger="none", out=str(tmp_path / name), eval_every=0, eval_episodes=1, eval_envs=1, video=False,
+                      seed=seed, logger="none", out=str(tmp_path / name), eval_every=0, eval_episodes=1, eval_envs=1, video=False,
                       torch_threads=1, update_threads=1, num_threads=1,
                       ppo=PPOConfig(rollout_steps=16, num_minibatches=2, num_epochs=2),
                       policy=ActorCriticConfig(actor_hidden=(16, 16), critic_hidden=(16, 16), activation="tanh"))
@@ -184,6 +184,8 @@ def test_seeded_runs_are_bit_identical(tmp_path):
     written-out Gaussian must not change it); a different seed does not."""
     a, b = _seeded_cheetah_run(tmp_path, "a"), _seeded_cheetah_run(tmp_path, "b")
     assert all(torch.equal(a[k], b[k]) for k in a)
+    c = _seeded_cheetah_run(tmp_path, "c", seed=4)
+    assert not torch.equal(a["actor.0.weight"], c["actor.0.weight"])
 
 
 def _updated_policy(**ppo):
