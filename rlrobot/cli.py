@@ -64,12 +64,14 @@ def parse_train_args(argv: list[str]):
 
 def train(argv: list[str]) -> dict:
     argv = _normalise_numbers(argv)
+    if _given(argv, "resume"):
+        argv = _with_run_identity(argv)
     cfg = parse_train_args(argv)
+    if _given(argv, "total_steps") and cfg.steps_per_iteration() == 0:
+        raise ValueError(f"--total-steps does not apply to algo={cfg.algo!r}, which does not step the env; "
+                         f"its budget is {cfg.spec.budget_flag()}")
     if cfg.resume:
         cfg = _resume_config(cfg, argv)
-    elif _given(argv, "total_steps") and cfg.steps_per_iteration() == 0:
-        raise ValueError(f"--total-steps does not apply to algo={cfg.algo!r}, which does not step the env; "
-                         f"its budget is --{cfg.spec.config_field.replace('_', '-')}.num-updates")
     cfg.prepare()
     from rlrobot.runners.base import make_runner
 
@@ -132,6 +134,29 @@ RESUMABLE = {"resume", "out", "total_steps", "logger", "wandb_project", "wandb_m
              "eval_episodes", "eval_envs", "video", "video_episodes", "num_threads", "torch_threads", "update_threads"}
 
 
+def _with_run_identity(argv: list[str]) -> list[str]:
+    """``--resume``: the --algo and --task of the run in --out unless given, so that the run's own flags parse
+    (``--bc.gradient-steps`` needs --algo bc) without repeating them."""
+    from rlrobot.runners.checkpoint import load_config, newest_intact_checkpoint
+
+    out = _flag_value(argv, "--out")
+    ckpt_dir = Path(out) / "checkpoints" if out else None
+    if ckpt_dir is None or not ckpt_dir.is_dir():
+        return argv  # _resume_config says what is missing
+    saved = load_config(newest_intact_checkpoint(ckpt_dir, report=lambda m: None))["train"]
+    identity = [token for name in ("algo", "task") if not _given(argv, name) for token in (f"--{name}", saved[name])]
+    return identity + argv
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, token in enumerate(argv):
+        if token == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if token.startswith(flag + "="):
+            return token.split("=", 1)[1]
+    return None
+
+
 def _resume_config(cfg, argv: list[str]):
     """Resume the run in --out (the directory given is the run) with its own config. Flags that may change on a
     resume (RESUMABLE) are honoured; any other flag that differs from the run's value is refused, naming it."""
@@ -143,10 +168,13 @@ def _resume_config(cfg, argv: list[str]):
     if not ckpt_dir.is_dir():
         raise FileNotFoundError(f"--resume: {run_dir} holds no checkpoints/ (is --out the run directory?)")
     resumed = config_from_checkpoint(load_config(newest_intact_checkpoint(ckpt_dir, report=lambda m: None)))
+    budget = resumed.spec.config.budget_field
+    # an algorithm that does not step the env has its own budget flag instead of --total-steps
+    resumable = RESUMABLE - {"total_steps"} | {f"{resumed.spec.config_field}.{budget}"} if budget else RESUMABLE
     refused = []
     for name in sorted(_given_fields(argv) - {"task", "algo"}):
         given, saved = _get_field(cfg, name), _get_field(resumed, name)
-        if name in RESUMABLE:
+        if name in resumable:
             _set_field(resumed, name, given)
         elif given is not _MISSING and given != saved:
             refused.append(f"--{name.replace('_', '-')} (run: {saved!r}, given: {given!r})")
@@ -155,7 +183,7 @@ def _resume_config(cfg, argv: list[str]):
             refused.append(f"--{name} (run: {getattr(resumed, name)!r}, given: {getattr(cfg, name)!r})")
     if refused:
         raise ValueError(f"cannot change on --resume: {', '.join(refused)}; what may change: "
-                         f"{', '.join('--' + n.replace('_', '-') for n in sorted(RESUMABLE - {'resume', 'out'}))}")
+                         f"{', '.join('--' + n.replace('_', '-') for n in sorted(resumable - {'resume', 'out'}))}")
     resumed.resume = True
     resumed.out = run_dir  # wherever the run directory was copied or moved to
     return resumed
@@ -369,7 +397,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     try:
         if command == "train":
-            train(rest)
+            if train(rest).get("interrupted"):
+                raise SystemExit(130)  # 128 + SIGINT: scripts must not take an interrupted run for a finished one
         elif command == "eval":
             evaluate_checkpoint(tyro.cli(EvalArgs, args=rest, prog="rlrobot eval"))
         elif command == "collect":

@@ -100,7 +100,9 @@ def test_ctrl_c_checkpoints_at_the_iteration_boundary_and_resume_is_exact(tmp_pa
 
     train(tmp_path / "straight", 6)
     monkeypatch.setattr(OnPolicyRunner, "train_iteration", interrupted_at_3)
-    train(tmp_path / "stopped", 6, "--checkpoint-every", "5")
+    with pytest.raises(SystemExit) as stopped:
+        train(tmp_path / "stopped", 6, "--checkpoint-every", "5")
+    assert stopped.value.code == 130  # 128 + SIGINT: not a finished run to a script
     summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
     assert summary["interrupted"] and summary["iteration"] == 3
     assert ckpts(tmp_path / "stopped") == ["iter_000003"]  # saved at the boundary although checkpoint_every is 5
@@ -115,6 +117,27 @@ def test_ctrl_c_checkpoints_at_the_iteration_boundary_and_resume_is_exact(tmp_pa
     assert steps == [PER_ITERATION * i for i in range(1, 7)]
     first = rows[0]
     assert "train/return" not in first  # 8 steps of 20-step episodes: none finished in the first iteration
+
+
+def test_the_resume_hint_pastes_into_a_shell_with_spaces_in_the_path(tmp_path, monkeypatch, capsys):
+    import shlex
+
+    from rlrobot.runners.on_policy import OnPolicyRunner
+
+    original = OnPolicyRunner.train_iteration
+
+    def interrupted(self):
+        metrics = original(self)
+        os.kill(os.getpid(), signal.SIGINT)
+        return metrics
+
+    monkeypatch.setattr(OnPolicyRunner, "train_iteration", interrupted)
+    run = tmp_path / "my runs" / "first try"
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        train(run, 2)
+    hint = next(line for line in capsys.readouterr().out.splitlines() if "resume with:" in line).split("resume with:")[1]
+    assert shlex.split(hint) == ["rlrobot", "train", "--resume", "--out", str(run)]
 
 
 def test_metrics_after_the_resumed_checkpoint_are_dropped(tmp_path):
@@ -152,6 +175,27 @@ def test_budgets_and_devices_are_checked_before_compute(tmp_path, capsys):
         ["--total-steps", "100000", "--ppo.lr", "3e-4", "--seed", "2"]
     train(tmp_path / "sci", 1, "--total-steps", "6.4e1")
     assert json.loads((tmp_path / "sci" / "summary.json").read_text())["env_steps"] == 64
+
+
+def test_an_offline_runs_budget_is_its_own_flag_and_changes_on_resume_without_repeating_the_algo(tmp_path, capsys):
+    from rlrobot.commands.collect import CollectArgs, collect_demonstrations
+
+    data = tmp_path / "data"
+    collect_demonstrations(CollectArgs(task="so101-reach", episodes=2, out=str(data), num_envs=2, seed=0))
+    bc = ["train", "--algo", "bc", "--task", "so101-reach", "--dataset", str(data), "--logger", "none", "--no-video",
+          "--eval-episodes", "2", "--eval-envs", "2", "--bc.updates-per-iteration", "10", "--checkpoint-every", "1"]
+    out = error_of(capsys, [*bc, "--total-steps", "1000", "--out", str(tmp_path / "x")])
+    assert "--total-steps does not apply to algo='bc'" in out and "its budget is --bc.gradient-steps" in out
+    run = tmp_path / "bc"
+    main([*bc, "--bc.gradient-steps", "20", "--out", str(run)])
+    assert json.loads((run / "summary.json").read_text())["log_step"] == 20
+    # a longer budget on resume, by the algorithm's own flag, without --algo
+    main(["train", "--resume", "--out", str(run), "--bc.gradient-steps", "40"])
+    assert json.loads((run / "summary.json").read_text())["log_step"] == 40
+    out = error_of(capsys, ["train", "--resume", "--out", str(run), "--total-steps", "100000"])
+    assert "its budget is --bc.gradient-steps" in out  # never silently ignored
+    out = error_of(capsys, ["train", "--resume", "--out", str(run), "--bc.lr", "0.5"])
+    assert "--bc.lr" in out and "--bc.gradient-steps" in out and "--total-steps" not in out
 
 
 def test_eval_reproduces_the_runs_own_evaluation_by_default(tmp_path, capsys):

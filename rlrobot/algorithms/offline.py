@@ -38,7 +38,7 @@ from __future__ import annotations
 import abc
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -69,6 +69,7 @@ class SemiSupervisedInput:
 
 @dataclass
 class OfflineConfig(AlgorithmConfig):
+    budget_field: ClassVar[str | None] = "gradient_steps"
     """Base section of every offline algorithm (subclasses add their own fields and call ``super().validate``)."""
 
     gradient_steps: PositiveInt = 100_000

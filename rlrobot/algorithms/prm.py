@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 from torch import nn
@@ -27,6 +27,7 @@ from rlrobot.rewards.prm import PRMNetConfig, VLACProgressModel
 
 @dataclass
 class PRMConfig(AlgorithmConfig):
+    budget_field: ClassVar[str | None] = "num_updates"
     num_updates: PositiveInt = 4000
     """gradient steps"""
     batch_size: PositiveInt = 256

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from rlrobot.config import TrainConfig
@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 class AlgorithmConfig(abc.ABC):
     """Base of every algorithm's config section (a dataclass). ``run`` is the whole run config (common fields, the
     policy section, this section)."""
+
+    budget_field: ClassVar[str | None] = None
+    """the field of this section that sets a run's length when the algorithm does not step the env (e.g.
+    ``gradient_steps``); None: the run's ``--total-steps`` (env steps)"""
 
     @abc.abstractmethod
     def validate(self, run: TrainConfig) -> None:
@@ -54,6 +58,11 @@ class AlgorithmSpec:
     """``module:Class`` of its runner, imported only when a run starts"""
     run_fields: tuple[type, ...] = ()
     """extra top-level option groups the algorithm needs (``DatasetInput`` -> ``--dataset``, ``InitCheckpoint``)"""
+
+    def budget_flag(self) -> str:
+        """The flag that sets a run's length: ``--total-steps``, or the section's own (``--iql.gradient-steps``)."""
+        field = self.config.budget_field
+        return "--total-steps" if field is None else f"--{self.config_field}.{field}".replace("_", "-")
 
     def runner_class(self) -> type:
         module, _, name = self.runner.partition(":")

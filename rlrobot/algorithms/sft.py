@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -28,6 +28,7 @@ class DatasetInput:
 
 @dataclass
 class SFTConfig(AlgorithmConfig):
+    budget_field: ClassVar[str | None] = "num_updates"
     num_updates: PositiveInt = 5000
     """gradient steps"""
     batch_size: PositiveInt = 256

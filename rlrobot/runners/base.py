@@ -8,6 +8,7 @@ import abc
 import contextlib
 import json
 import os
+import shlex
 import signal
 import threading
 import time
@@ -340,7 +341,7 @@ class Runner(abc.ABC):
         ckpt = self.ckpt_dir / (self.ckpt_dir / "latest").read_text().strip()
         summary = {"run_dir": str(self.out), "checkpoint": str(ckpt), "interrupted": True, "iteration": self.iteration,
                    "env_steps": self.env_steps, "log_step": self.log_step, "x_label": self.x_label,
-                   "resume_command": f"rlrobot train --resume --out {self.out}"}
+                   "resume_command": shlex.join(["rlrobot", "train", "--resume", "--out", str(self.out)])}
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
 
