@@ -112,24 +112,42 @@ def test_match_gate_drives_mismatched_deltas_to_zero_and_keeps_forward_progress(
 
 
 def test_done_threshold_is_calibrated_on_the_calibration_episodes():
+    """The calibration episodes are the last of each dataset, kept out of training; the threshold is the one of 0.05,
+    0.10, ..., 0.95 with the best F1 on their frames (recomputed here from the counts), set on the model. The done
+    score is a fixed function of the moving coordinate (done from 0.8), so the best threshold is inside the grid."""
     torch.manual_seed(0)
     data = four_instruction_data()
     train, calibration = split_holdout(data, 4)
-    assert calibration is not None and len(train) + len(calibration) == len(data)
-    assert not set(train.episode_start.tolist()) & set((calibration.episode_start + 10_000).tolist())
+    # 2 of each dataset's (d0: even, d1: odd episodes) 8 episodes: episodes 12-15, the last 120 frames
+    assert torch.equal(calibration.obs["state"], data.obs["state"][360:])
+    assert torch.equal(train.obs["state"], data.obs["state"][:360])
     model = VLACProgressModel({"state": [4]}, TINY)
     learner = PRMLearner(model, train, PRMConfig(num_updates=1), torch.device("cpu"), calibration_data=calibration)
     seen = []
-    original = model.done_logits
 
-    def spy(obs, emb):
-        seen.append(len(emb))
-        return original(obs, emb)
+    def score(obs, emb):  # the logit of a done score that rises with the moving coordinate, a little noisy
+        seen.append(obs["state"].clone())
+        moving = obs["state"].max(1).values
+        return 10.0 * (moving - 0.78) + torch.sin(31.0 * obs["state"].sum(1))
 
-    model.done_logits = spy
+    model.done_logits = score
     out = learner.calibrate_done_threshold()
-    assert seen == [len(calibration)] and 0.05 <= out["done_threshold"] <= 0.95 == 0.95
-    assert model.done_threshold == out["done_threshold"] and 0.0 <= out["calibration_done_f1"] <= 1.0
+    frames = torch.cat(seen)
+    assert len(frames) == len(calibration)  # every calibration frame, nothing else
+    order = torch.cdist(frames, calibration.obs["state"], compute_mode="donot_use_mm_for_euclid_dist").argmin(1)
+    assert sorted(order.tolist()) == list(range(len(calibration)))
+    probs = torch.sigmoid(score({"state": calibration.obs["state"]}, None)).numpy()
+    labels = calibration.done.numpy()
+    f1 = {}
+    for threshold in np.round(np.arange(0.05, 0.951, 0.05), 2):
+        pred = probs > threshold
+        tp, fp, fn = (pred & labels).sum(), (pred & ~labels).sum(), (~pred & labels).sum()
+        f1[float(threshold)] = 2 * tp / (2 * tp + fp + fn)
+    best = max(f1, key=f1.get)
+    assert sorted(f1.values())[-2] < f1[best] - 0.01  # one best threshold (0.5 here), inside the grid
+    assert f1[best] > f1[0.05] + 0.1 and f1[best] > f1[0.95] + 0.1
+    assert out["done_threshold"] == best and out["calibration_done_f1"] == pytest.approx(f1[best], abs=1e-9)
+    assert model.done_threshold == model.cfg.done_threshold == best
 
 
 def test_new_options_are_validated():
