@@ -354,16 +354,43 @@ def test_step_efficiency_scores_reward_fast_success_only_where_the_group_reprodu
 
 
 def test_success_steps_group_score_runs_through_the_runner(tmp_path):
+    """Group mode with the success-steps score on so101-reach (8-step episodes, groups of 2): the scripted expert drives
+    envs 0 and 2, a noisy expert env 1, the untrained policy env 3. Each episode scores 1 + 0.5 x (1 - first success
+    step / 8) where its group succeeded at the reproducible rate 0.75 (group 0), 1 for group 1's lone success, 0 for a
+    failure; the advantages are those scores centred per group over their batch RMS."""
     cfg = train_config("flow-nft", task="so101-reach", num_envs=4, total_steps=4 * 8, out=str(tmp_path / "steps"),
                        logger="none", video=False, eval_episodes=2, eval_envs=2, num_threads=1, init="none",
                        max_episode_steps=8, flow=dataclasses.replace(SMALL_FLOW, chunk_size=4))
     cfg.flow_nft.optimality, cfg.flow_nft.group_size, cfg.flow_nft.group_score = "group", 2, "success-steps"
-    cfg.flow_nft.rollout_chunks, cfg.flow_nft.num_minibatches = 2, 2
+    cfg.flow_nft.rollout_chunks, cfg.flow_nft.num_minibatches, cfg.flow_nft.reproducible_rate = 2, 2, 0.75
     cfg.validate()
     runner = FlowNFTRunner(cfg)
+    env, step = runner.env, runner.env.step
+    noise, successes = torch.Generator().manual_seed(0), []
+
+    def driven_step(action):
+        expert = env.expert_action()
+        action = action.clone()
+        action[[0, 2]] = expert[[0, 2]]
+        action[1] = (expert[1] + 0.5 * torch.randn(5, generator=noise)).clamp(-1, 1)
+        out = step(action)
+        successes.append(out[4]["success"].clone())
+        return out
+
+    env.step = driven_step
     stats = runner._rollout()
-    assert stats["train/episodes_scored"] == 1.0
-    assert torch.allclose(runner.algo.storage.advantages[0].reshape(2, 2).sum(-1), torch.zeros(2), atol=1e-5)
+    assert stats["train/episodes_scored"] == 1.0 and len(successes) == 8  # one whole episode per env
+    success = torch.stack(successes)  # [step, env]
+    succeeded = success.any(0)
+    assert succeeded.tolist() == [True, True, True, False]
+    first = torch.where(succeeded, success.float().argmax(0) + 1, torch.zeros(4, dtype=torch.long))
+    assert first[0] != first[1]  # the noisy expert reached at another step: group 0's advantages are not 0
+    bonus = torch.tensor([1.0, 1.0, 0.0, 0.0])  # group 0: 2 of 2 successes >= 0.75; group 1: 1 of 2
+    scores = succeeded.float() * (1.0 + 0.5 * (1.0 - first / 8.0) * bonus)
+    assert stats["train/group_score_mean"] == pytest.approx(float(scores.mean()), rel=1e-6)
+    centred = scores - scores.reshape(2, 2).mean(1).repeat_interleave(2)
+    expected = centred / centred.square().mean().sqrt()
+    assert torch.allclose(runner.algo.storage.advantages, expected.expand(2, 4), atol=1e-5)
     runner.env.close()
     cfg.flow_nft.step_bonus = -1.0
     with pytest.raises(ValueError, match="step_bonus must be >= 0"):
@@ -371,10 +398,12 @@ def test_success_steps_group_score_runs_through_the_runner(tmp_path):
 
 
 def test_evaluation_reports_physical_steps_to_first_success():
+    """steps_to_success_mean: the mean, over the successful episodes, of the env step at which each first succeeded,
+    recomputed here by stepping the same seeded envs with the same expert."""
     import rlrobot
     from rlrobot.runners.evaluation import evaluate
 
-    env = rlrobot.make("so101-reach", num_envs=4, seed=0, num_threads=1)
+    env = rlrobot.make("so101-reach", 4, seed=0, num_threads=1)
 
     class Expert:
         def act(self, obs, deterministic=True):
@@ -382,5 +411,15 @@ def test_evaluation_reports_physical_steps_to_first_success():
 
     result = evaluate(Expert(), env, episodes=4, seed=0)
     env.close()
-    assert result["success_rate"] > 0.5
-    assert 1 <= result["steps_to_success_mean"] < result["length_mean"]  # the expert reaches well before the time-out
+    ref = rlrobot.make("so101-reach", 4, seed=0, num_threads=1)
+    ref.reset(seed=0)
+    first = torch.zeros(4, dtype=torch.long)
+    for t in range(1, ref.max_episode_steps + 1):  # one episode per env, 50 steps
+        _, _, terminated, truncated, info = ref.step(ref.expert_action())
+        first[(first == 0) & info["success"]] = t
+    ref.close()
+    assert (terminated | truncated).all() and result["episodes"] == 4 and result["length_mean"] == 50
+    assert result["success_rate"] == float(info["episode"]["success"].float().mean()) > 0.5
+    hits = first[info["episode"]["success"]]
+    assert 1 < hits.min() and hits.max() < 50  # the expert reaches before the time-out, not at the first step
+    assert result["steps_to_success_mean"] == pytest.approx(float(hits.float().mean()))
