@@ -112,12 +112,16 @@ def test_bad_config():
 def test_image_observations():
     cfg = FlowPolicyConfig(chunk_size=2, denoising_steps=2, obs_keys=("state", "image_front"), state_hidden=(16,),
                            embed_dim=16, time_embed_dim=8, velocity_hidden=(32,), image_channels=(8, 8))
+    torch.manual_seed(0)
     policy = MLPFlowPolicy({"state": (7,), "image_front": (3, 32, 32)}, 3, cfg)
     obs = {"state": torch.randn(4, 7), "image_front": torch.randint(0, 255, (4, 3, 32, 32), dtype=torch.uint8)}
-    assert policy.sample_actions(obs).shape == (4, 2, 3)
+    actions = policy.sample_actions(obs, deterministic=True)
+    assert actions.shape == (4, 2, 3)
+    inverted = {**obs, "image_front": 255 - obs["image_front"]}  # same state, another picture: other actions
+    assert (policy.sample_actions(inverted, deterministic=True) - actions).abs().max() > 1e-4
     loss = policy.flow_matching_loss(obs, torch.rand(4, 2, 3), torch.rand(4), torch.randn(4, 2, 3))
     loss.backward()
-    assert policy.branches["image_front"].proj.weight.grad is not None
+    assert policy.branches["image_front"].proj.weight.grad.abs().sum() > 0  # the image branch is trained
 
 
 def test_in_house_policy_implements_the_flow_policy_protocol():
