@@ -115,20 +115,20 @@ def test_seeding_is_deterministic(env):
 
 
 @pytest.mark.parametrize(
-    "bad, error",
+    "bad, error, message",
     [
-        (torch.zeros(3, 5), ValueError),  # wrong batch size
-        (torch.zeros(4, 2), ValueError),  # wrong action dim
-        (torch.zeros(4, 5, dtype=torch.int64), TypeError),
-        (torch.full((4, 5), float("nan")), ValueError),
-        (torch.full((4, 5), float("inf")), ValueError),
-        (np.zeros((4, 5), np.float32), TypeError),
+        (torch.zeros(3, 5), ValueError, r"shape \(3, 5\), expected \[num_envs=4, action_dim=5\]"),  # wrong batch size
+        (torch.zeros(4, 2), ValueError, r"shape \(4, 2\)"),  # wrong action dim
+        (torch.zeros(4, 5, dtype=torch.int64), TypeError, "floating point"),
+        (torch.full((4, 5), float("nan")), ValueError, r"NaN or Inf \(env indices \[0, 1, 2, 3\]\)"),
+        (torch.full((4, 5), float("inf")), ValueError, "NaN or Inf"),
+        (np.zeros((4, 5), np.float32), TypeError, "must be a torch.Tensor.*got ndarray"),
     ],
 )
-def test_bad_actions_are_rejected(bad, error):
+def test_bad_actions_are_rejected(bad, error, message):
     env = rlrobot.make("so101-reach", 4, seed=0)
     env.reset()
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):  # the env's own check, before anything reaches the simulator
         env.step(bad)
     env.close()
 
