@@ -49,6 +49,13 @@ def test_old_runs_evaluate_and_serve(tmp_path):
     loaded = LoadedPolicy(str(OLD / "flownoise"))
     assert loaded.metadata["chunk_size"] == 4 and loaded.metadata["execute_steps"] == 2
     assert loaded.infer({"state": np.zeros(27, np.float32)}).shape == (4, 5)
+    # the served actions are those the old code computed (for the first of the reference observations)
+    reference = json.loads((OLD / "reference_actions.json").read_text())
+    for run in RUNS:
+        served = LoadedPolicy(str(OLD / run))
+        _, saved, _ = load_checkpoint(OLD / run)
+        state = torch.randn(3, saved["obs_dim"], generator=torch.Generator().manual_seed(0))[0].numpy()
+        np.testing.assert_allclose(served.infer({"state": state}).reshape(-1), reference[run][0], atol=1e-6, err_msg=run)
 
 
 def test_resuming_an_old_run_is_refused_naming_what_changed(tmp_path, capsys):
