@@ -61,8 +61,9 @@ def test_a_hand_edited_figure_is_caught(tmp_path):
     block = readme_block(text)
     assert "eval success **0.70** ± 0.28 (0.90, 0.50)" in block
     assert "`rlrobot results run --only sac-so101-reach`" in block  # registered, not run: listed, no figures
+    assert block == results_block(load_results(tmp_path / "results"))  # the generated table passes the check
     edited = text.replace("**0.70**", "**0.75**")
-    assert readme_block(edited) != results_block(load_results(tmp_path / "results"))
+    assert edited != text and readme_block(edited) != results_block(load_results(tmp_path / "results"))
     # a re-run that changes a figure changes the table
     other = copy.deepcopy(_fake_result(1.0))
     (tmp_path / "results" / "ppo-so101-reach.json").write_text(json.dumps(other))
