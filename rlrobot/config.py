@@ -192,6 +192,7 @@ class TrainConfig:
     def prepare(self) -> None:
         """What a run does before building anything: the algorithm reads the inputs the config names (``--init``,
         ``--dataset``; its only I/O, which may adopt settings such as the ``--init`` architecture), then ``validate``."""
+        check_domains(self)  # bad numbers are refused before any I/O
         self.algorithm.prepare(self)  # an unknown algo is refused here with the registered names
         if hasattr(self, "jsrl"):
             self.jsrl.prepare(self)

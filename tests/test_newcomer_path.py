@@ -196,6 +196,17 @@ def test_an_offline_runs_budget_is_its_own_flag_and_changes_on_resume_without_re
     assert "its budget is --bc.gradient-steps" in out  # never silently ignored
     out = error_of(capsys, ["train", "--resume", "--out", str(run), "--bc.lr", "0.5"])
     assert "--bc.lr" in out and "--bc.gradient-steps" in out and "--total-steps" not in out
+    # no preset for bc on so101-reach: the budget is scaled to the 2 x 50-frame dataset, and the run says so
+    from rlrobot.cli import parse_train_args
+
+    capsys.readouterr()
+    cfg = parse_train_args(["--algo", "bc", "--task", "so101-reach", "--dataset", str(data)])
+    cfg.prepare()
+    assert cfg.bc.gradient_steps == 2_000
+    assert "bc: no preset budget for task 'so101-reach': 2,000 gradient steps, scaled to the dataset (100 frames" in \
+        capsys.readouterr().out
+    push = parse_train_args(["--algo", "bc", "--task", "so101-push", "--dataset", str(data)])
+    assert push.bc.gradient_steps == 3_000  # the so101-push preset's
 
 
 def test_eval_reproduces_the_runs_own_evaluation_by_default(tmp_path, capsys):

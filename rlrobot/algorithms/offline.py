@@ -69,11 +69,12 @@ class SemiSupervisedInput:
 
 @dataclass
 class OfflineConfig(AlgorithmConfig):
-    budget_field: ClassVar[str | None] = "gradient_steps"
     """Base section of every offline algorithm (subclasses add their own fields and call ``super().validate``)."""
 
-    gradient_steps: PositiveInt = 100_000
-    """the budget: gradient steps in all (each update() is one)"""
+    budget_field: ClassVar[str | None] = "gradient_steps"
+    gradient_steps: PositiveInt | None = None
+    """the budget: gradient steps in all (each update() is one); None: the task's preset's, or where the task has
+    none, scaled to the dataset (rlrobot.data.transitions.scaled_budget: 50 passes, 2,000 to 100,000 steps)"""
     batch_size: PositiveInt = 256
     """transitions (or h-step windows) per gradient step"""
     updates_per_iteration: PositiveInt = 1000
@@ -89,7 +90,7 @@ class OfflineConfig(AlgorithmConfig):
 
     def validate(self, run) -> None:
         name = run.spec.config_field
-        for field in ("gradient_steps", "batch_size", "updates_per_iteration"):
+        for field in ("batch_size", "updates_per_iteration"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{name}.{field} must be >= 1, got {getattr(self, field)}")
         if self.max_episodes < 0:
@@ -119,6 +120,18 @@ class OfflineConfig(AlgorithmConfig):
 
         if run.dataset and not (Path(run.dataset) / "meta" / "info.json").is_file():
             raise FileNotFoundError(f"dataset={run.dataset!r} is not a LeRobotDataset (no meta/info.json)")
+        if self.gradient_steps is None and run.dataset:
+            self.gradient_steps = adopt_scaled_budget(run, self.batch_size)
+
+
+def adopt_scaled_budget(run, batch_size: int) -> int:
+    """The budget of a run whose task has no preset for its algorithm, scaled to its dataset, said in one line."""
+    from rlrobot.data.transitions import scaled_budget
+
+    steps, frames = scaled_budget(run.dataset, batch_size)
+    print(f"{run.algo}: no preset budget for task {run.task!r}: {steps:,} gradient steps, scaled to the dataset "
+          f"({frames:,} frames, batches of {batch_size}); {run.spec.budget_flag()} sets it", flush=True)
+    return steps
 
 
 # ---------------------------------------------------------------------- registry of learner classes

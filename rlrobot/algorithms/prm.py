@@ -28,6 +28,7 @@ from rlrobot.rewards.prm import PRMNetConfig, VLACProgressModel
 @dataclass
 class PRMConfig(AlgorithmConfig):
     budget_field: ClassVar[str | None] = "num_updates"
+
     num_updates: PositiveInt = 4000
     """gradient steps"""
     batch_size: PositiveInt = 256

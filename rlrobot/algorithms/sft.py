@@ -29,8 +29,9 @@ class DatasetInput:
 @dataclass
 class SFTConfig(AlgorithmConfig):
     budget_field: ClassVar[str | None] = "num_updates"
-    num_updates: PositiveInt = 5000
-    """gradient steps"""
+    num_updates: PositiveInt | None = None
+    """gradient steps; None: the task's preset's, or where the task has none, scaled to the dataset (50 passes, 2,000
+    to 100,000)"""
     batch_size: PositiveInt = 256
     """chunks per gradient update"""
     lr: Positive = 3e-4
@@ -49,7 +50,7 @@ class SFTConfig(AlgorithmConfig):
     """use only the first N episodes of the dataset (0 = all)"""
 
     def validate(self, run) -> None:
-        for name in ("num_updates", "batch_size", "updates_per_iteration"):
+        for name in ("batch_size", "updates_per_iteration"):
             if getattr(self, name) < 1:
                 raise ValueError(f"sft.{name} must be >= 1, got {getattr(self, name)}")
         if not run.dataset:
@@ -69,6 +70,10 @@ class SFTConfig(AlgorithmConfig):
     def prepare(self, run) -> None:
         if not (Path(run.dataset) / "meta" / "info.json").is_file():
             raise FileNotFoundError(f"dataset={run.dataset!r} is not a LeRobotDataset (no meta/info.json)")
+        if self.num_updates is None:
+            from rlrobot.algorithms.offline import adopt_scaled_budget
+
+            self.num_updates = adopt_scaled_budget(run, self.batch_size)
 
 
 def sample_time(batch: int, how: str, generator: torch.Generator, device: torch.device) -> torch.Tensor:

@@ -232,6 +232,14 @@ def _read_columns(root: Path, info: dict[str, Any], names: list[str]) -> dict[st
     return {k: v[keep] for k, v in out.items()}
 
 
+def scaled_budget(root: str | Path, batch_size: int, passes: int = 50, low: int = 2_000, high: int = 100_000
+                  ) -> tuple[int, int]:
+    """(gradient steps, frames): ``passes`` passes over a dataset's frames at ``batch_size``, within [low, high]."""
+    info, _ = dataset_meta(root)
+    frames = int(info.get("total_frames", 0))
+    return min(high, max(low, passes * -(-frames // batch_size))), frames
+
+
 def dataset_meta(root: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(info.json, rlrobot.json or {}) of a LeRobotDataset directory."""
     root = Path(root)

@@ -127,7 +127,7 @@ def test_dataset_that_does_not_match_the_task(reach_demos, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["train", "--algo", "sft", "--task", "so101-reach", "--dataset", str(reach_demos), "--flow.denoising-steps", "0",
               "--out", str(tmp_path / "w"), *SMALL])
-    assert "flow.denoising_steps (K) must be >= 1" in capsys.readouterr().out
+    assert "flow.denoising_steps must be >= 1, got 0" in capsys.readouterr().out
 
 
 def test_init_adopts_the_checkpoint_architecture_but_keeps_this_runs_sampling_settings(tmp_path):
