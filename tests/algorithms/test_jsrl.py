@@ -111,8 +111,20 @@ def test_ppo_storage_masks_out_the_guide_steps_and_gae_still_runs_through(tmp_pa
     t = torch.arange(20)[:, None].expand(20, 8) % EPISODE  # step of the episode (all envs start together)
     assert torch.equal(storage.mask, (t >= 4).float())  # guide for the first h=4 steps of each episode
     assert storage.learner_steps == 8 * 12
-    # GAE ran over every step: guide steps have returns too (through the episode), only the losses skip them
-    assert torch.isfinite(storage.returns).all() and (storage.returns[:4] != 0).any()
+    # GAE ran over every step: guide steps have returns too (through the episode), only the losses skip them; the
+    # returns are GAE(gamma, lambda) of all the stored rewards, values and ends, recomputed here step by step
+    cfg = runner.cfg.ppo
+    with torch.no_grad():
+        next_value = runner.policy.value(runner.obs)
+    advantage, expected = torch.zeros(8), torch.zeros(20, 8)
+    for t in reversed(range(20)):
+        alive = 1.0 - storage.data["dones"][t]
+        delta = storage.data["rewards"][t] + cfg.gamma * next_value * alive - storage.data["values"][t]
+        advantage = delta + cfg.gamma * cfg.lam * alive * advantage
+        expected[t] = advantage + storage.data["values"][t]
+        next_value = storage.data["values"][t]
+    assert storage.data["dones"][EPISODE - 1].all() and (storage.data["rewards"][:4] != 0).all()
+    assert torch.allclose(storage.returns, expected, atol=1e-5)
     before = {k: v.clone() for k, v in runner.policy.state_dict().items()}
     stats = runner.algo.update(runner.generator)
     assert stats["learner_steps"] == 96.0
