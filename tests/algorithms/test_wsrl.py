@@ -136,6 +136,12 @@ def test_cal_ql_online_keeps_the_data_and_the_regulariser(cal_ql_run, dataset, t
         runner.env_steps += runner.steps_per_iteration
     stats = runner.train_iteration()
     assert stats["loss/cql_loss"] != 0.0 and len(runner.replay) == 48
+    # the data is kept: half of every batch is dataset rows (where the regulariser applies), the rest online rows
+    batch = runner.sample_batch(16)
+    rows = torch.cat([batch["obs"]["state"], batch["actions"]], 1)
+    online = torch.cat([runner.replay.obs["state"][:12].reshape(48, -1), runner.replay.actions[:12].reshape(48, -1)], 1)
+    assert batch["offline_count"] == 8
+    assert (nearest(rows[:8], dataset_rows(runner.offline)) == 0).all() and (nearest(rows[8:], online) == 0).all()
 
 
 def test_resume_is_exact(cal_ql_run, tmp_path):
