@@ -71,6 +71,9 @@ class FlowPPOConfig(AlgorithmConfig):
     the policy lr x (1 - i / N) in iteration i = 0..N-1"""
     desired_kl: Positive = 0.02
     """per-chunk KL(old || new) target of the adaptive schedule"""
+    max_kl: NonNegative = 0.0
+    """stop an update's remaining minibatches once the KL(old || new) estimate before a minibatch exceeds this
+    (SB3 / CleanRL's target_kl early stop; 0 = off): the adaptive lr reacts only after a destructive step"""
     lr_min: Positive = 1e-6
     """lower bound of the adaptive lr"""
     lr_max: Positive = 1e-3
@@ -242,7 +245,7 @@ class FlowPPO:
     def update(self, generator: torch.Generator | None = None) -> dict[str, float]:
         cfg, storage = self.cfg, self.storage
         stats = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_fraction": 0.0,
-                 "first_ratio_max_deviation": 0.0, "approx_kl_max": 0.0}
+                 "first_ratio_max_deviation": 0.0, "approx_kl_max": 0.0, "kl_early_stop": 0.0}
         n = 0
         if storage.learner_steps == 0:  # every chunk was a JSRL guide's: nothing of the learner's own to learn from
             return {"learner_steps": 0.0, "lr": self.lr_schedule.lr}
@@ -263,6 +266,10 @@ class FlowPPO:
                 # k3 estimate of KL(old || new) per chunk, before this minibatch's step (Schulman's approximation)
                 chunk_log_ratio = log_ratio if log_ratio.dim() == 1 else log_ratio.sum(-1)
                 kl = self._reduce_mean(masked_mean((chunk_log_ratio.exp() - 1) - chunk_log_ratio, mask))
+                if not warmup and cfg.max_kl and float(kl) > cfg.max_kl:
+                    stats["kl_early_stop"] = 1.0
+                    stats["approx_kl_max"] = max(stats["approx_kl_max"], float(kl))
+                    break
                 if not warmup:
                     self.lr_schedule.step(kl)
             surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip))
@@ -291,7 +298,9 @@ class FlowPPO:
                 stats["clip_fraction"] += masked_mean(((ratio - 1.0).abs() > cfg.clip).float(), mask).item()
             n += 1
         self.iterations += 1
-        out = {k: (v if k in ("first_ratio_max_deviation", "approx_kl_max") else v / n) for k, v in stats.items()}
+        n = max(n, 1)  # an early stop before the first step
+        out = {k: (v if k in ("first_ratio_max_deviation", "approx_kl_max", "kl_early_stop") else v / n)
+               for k, v in stats.items()}
         out["critic_warmup"] = float(warmup)
         out["lr"] = self.lr_schedule.lr
         out["learner_steps"] = float(storage.learner_steps)

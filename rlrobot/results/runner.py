@@ -161,9 +161,10 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 def step_figures(step: Step, out: Path) -> dict[str, float]:
     """What a step measured, as ``<step>.<metric>``. train: success, return (final evaluation), env_steps,
     updates (the run's x axis), wall_s (training), peak_success (best evaluation during training, the final one
-    included), train_success (last logged training success); collect: expert_success, attempted; eval: every number
-    of ``rlrobot eval``'s eval.json (success_rate, steps_to_success_mean, chunk_utilisation, ...); experts / bench:
-    every number of their JSON output, flattened (``experts.so101-push.success``, ``bench.ppo.0.raw_steps_per_s``)."""
+    included, the start's left out), start_success (a fine-tuned run's evaluation before training), train_success
+    (last logged training success); collect: expert_success, attempted; eval: every number of ``rlrobot eval``'s
+    eval.json (success_rate, steps_to_success_mean, chunk_utilisation, ...); experts / bench: every number of their
+    JSON output, flattened (``experts.so101-push.success``, ``bench.ppo.0.raw_steps_per_s``)."""
     figures: dict[str, float] = {}
     if step.kind == "train":
         summary = json.loads((out / "summary.json").read_text())
@@ -171,8 +172,12 @@ def step_figures(step: Step, out: Path) -> dict[str, float]:
         figures.update(success=ev["success_rate"], **{"return": ev["return_mean"]}, env_steps=summary["env_steps"],
                        updates=summary["log_step"], wall_s=summary["train_wall_time_s"])
         rows = read_metrics(out / "metrics.jsonl")
-        evals = [r["eval/success_rate"] for r in rows if "eval/success_rate" in r]
+        # during training: the evaluation of a fine-tuned run's start (at step 0) is not a training result
+        evals = [r["eval/success_rate"] for r in rows if "eval/success_rate" in r and r["env_steps"] > 0]
         figures["peak_success"] = max([*evals, ev["success_rate"]])
+        start = [r["eval/success_rate"] for r in rows if "eval/success_rate" in r and r["env_steps"] == 0]
+        if start:
+            figures["start_success"] = start[0]
         train_success = [r["train/success"] for r in rows if "train/success" in r]
         if train_success:
             figures["train_success"] = train_success[-1]

@@ -65,6 +65,7 @@ class Runner(abc.ABC):
         self.iteration = 0
         self.env_steps = 0
         self.wall_time = 0.0
+        self.initialised_from = ""  # a checkpoint this run fine-tunes (set by the runners that load --init)
         self.obs: dict[str, torch.Tensor] | None = None
         self.recent_returns: deque[float] = deque(maxlen=200)
         self.recent_success: deque[float] = deque(maxlen=200)
@@ -258,6 +259,12 @@ class Runner(abc.ABC):
             console.print(f"run dir {self.out}  ({cfg.algo} on {cfg.task}, {self.total_iterations:,} iterations)",
                           soft_wrap=True)
         eval_result: dict[str, Any] = {}
+        if main and self.initialised_from and self.iteration == 0:  # where fine-tuning starts: the curve's first point
+            eval_result = self.evaluate(video=False)
+            logger.log({f"eval/{k}": v for k, v in eval_result.items() if isinstance(v, float)}, self.log_step)
+            console.print(f"evaluation of {self.initialised_from} before training: success "
+                          f"{eval_result.get('success_rate', 0.0):.3f}, return {eval_result.get('return_mean', 0.0):.2f}",
+                          soft_wrap=True)
         stop = StopAtIterationBoundary(enabled=main and self.sync.world_size == 1)
         try:
             with stop, self._progress() as advance:

@@ -35,6 +35,7 @@ class FlowOnPolicyRunner(Runner):
             weights, saved, _ = load_checkpoint(cfg.init)  # prepare() adopted its architecture and checked its kind
             check_compatible(saved, self.meta)
             self.policy.load_state_dict(weights)
+            self.initialised_from = cfg.init
             console.print(f"initialised from {cfg.init}")
         elif not cfg.resume:
             console.print("[yellow]--init none: the flow policy starts from random weights[/]")

@@ -39,6 +39,7 @@ class WarmStartRunner(OffPolicyRunner):
             self.offline = self._load_offline(cfg)
         if self.init_path:
             self._load_init(self.init_path)
+            self.initialised_from = self.init_path
         elif self.offline is not None and getattr(self.policy.normalizer, "update", None):
             self.policy.normalizer.update(self.offline.obs["state"].float())  # RLPD: statistics of the dataset
         self.policy.update_normalizer = _frozen

@@ -137,3 +137,18 @@ def test_bad_flow_settings(tmp_path):
     cfg.init = ""  # fine-tuning without a checkpoint must be asked for explicitly (--init none)
     with pytest.raises(ValueError, match="--init none"):
         cfg.validate()
+
+
+@pytest.mark.parametrize("max_kl, steps", [(1e-12, 1), (0.0, 2 * 4)])
+def test_kl_early_stop_ends_the_update_once_the_policy_moved_too_far(tmp_path, max_kl, steps):
+    runner = FlowOnPolicyRunner(small_config(tmp_path, "flow-noise", max_kl=max_kl, num_epochs=4))
+    runner.obs, _ = runner.env.reset(seed=0)
+    runner._rollout()
+    taken = []
+    step = runner.algo.optimizer.step
+    runner.algo.optimizer.step = lambda *a, **k: (taken.append(1), step(*a, **k))[1]
+    stats = runner.algo.update(torch.Generator().manual_seed(0))
+    # the first minibatch steps from the rollout's parameters (KL 0); the next one sees the moved policy and stops
+    assert len(taken) == steps and stats["kl_early_stop"] == float(max_kl > 0)
+    assert stats["approx_kl_max"] > 0
+    runner.env.close()
