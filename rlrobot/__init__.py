@@ -8,7 +8,15 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; must be set bef
 # passive (64x64 MLPs, minibatch 64): each op's barrier waited for a descheduled spinner. Numerics are unchanged.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from rlrobot.envs import VecEnv, make  # noqa: E402
-
 __all__ = ["VecEnv", "make"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``rlrobot.make`` and ``rlrobot.VecEnv`` load torch and the simulators on first use, not on ``import rlrobot``
+    (so that ``rlrobot --help`` answers at once)."""
+    if name in __all__:
+        from rlrobot import envs
+
+        return getattr(envs, name)
+    raise AttributeError(f"module 'rlrobot' has no attribute {name!r}")
