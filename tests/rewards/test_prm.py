@@ -343,9 +343,24 @@ def test_prm_eval_command_writes_metrics_and_curves(suite_dataset, tmp_path, tra
     make_runner(_config(tmp_path / "run", suite_dataset, 2)).learn()
     result = run_prm_eval(PRMEvalArgs(checkpoint=str(tmp_path / "run"), dataset=str(suite_dataset), out=str(tmp_path / "ev")))
     m = json.loads((tmp_path / "ev" / "metrics.json").read_text())["metrics"]
-    assert m["episodes"] == 3 and result["metrics"]["episodes"] == 3
+    assert json.dumps(m, sort_keys=True) == json.dumps(result["metrics"], sort_keys=True, default=float)  # as returned
+    assert m["episodes"] == 3 and m["reversed_episodes"] == 3
     assert (tmp_path / "ev" / "progress_curves.png").stat().st_size > 10_000
-    assert 0.0 <= m["done_f1"] <= 1.0 and m["reversed_episodes"] == 3
+    # done F1: done probabilities over the threshold against every frame's done label, recounted here
+    from rlrobot.data.progress_labels import load_progress_data
+
+    model = load_progress_model(tmp_path / "run")
+    data = load_progress_data(str(suite_dataset), model.obs_keys, {k: tuple(v) for k, v in model.observation_space.items()})
+    predicted, labels = [], []
+    for a, b in data.episodes():
+        idx = torch.arange(a, b)
+        _, done, _ = progress_curve(model, data.frames(idx), data.embedding(idx), stride=5)
+        predicted.append(done > model.done_threshold)
+        labels.append(data.done[idx])
+    predicted, labels = torch.cat(predicted), torch.cat(labels)
+    tp, fp, fn = (int((p & q).sum()) for p, q in ((predicted, labels), (predicted, ~labels), (~predicted, labels)))
+    assert tp + fp > 0 and labels.any() and m["frames"] == len(labels)
+    assert m["done_f1"] == pytest.approx(2 * tp / (2 * tp + fp + fn))
     with pytest.raises(ValueError, match="stride must be >= 1"):
         run_prm_eval(PRMEvalArgs(checkpoint=str(tmp_path / "run"), dataset=str(suite_dataset), stride=0))
 
