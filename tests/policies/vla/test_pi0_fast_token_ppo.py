@@ -118,6 +118,8 @@ def test_vla_token_ppo_through_the_cli_then_served(fast_dir, tmp_path, capsys):
           str(tmp_path / "eval")])
     result = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert result["episodes"] == 2 and "denoising_steps" not in result and result["chunk_latency_ms"] > 0
+    # the reloaded checkpoint acts as the trained policy did in the run's own final evaluation (same seed, episodes, envs)
+    assert (result["return_mean"], result["success_rate"]) == (summary["eval"]["return_mean"], summary["eval"]["success_rate"])
     capsys.readouterr()
     with pytest.raises(SystemExit):
         main(["train", "--algo", "vla-token-ppo", "--task", "so101-lift", "--out", str(tmp_path / "bad")])
