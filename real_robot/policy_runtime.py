@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlrobot.checkpoints import load_checkpoint
 from rlrobot.config import config_from_checkpoint
 from rlrobot.policies.registry import build_policy, policy_kind_of
 from rlrobot.policies.rtc import RTCConfig, RTCRequest
-from rlrobot.runners.checkpoint import load_checkpoint
 
 from .protocol import ProtocolError
 from .stats import RunningStats

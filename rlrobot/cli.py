@@ -137,7 +137,7 @@ RESUMABLE = {"resume", "out", "total_steps", "logger", "wandb_project", "wandb_m
 def _with_run_identity(argv: list[str]) -> list[str]:
     """``--resume``: the --algo and --task of the run in --out unless given, so that the run's own flags parse
     (``--bc.gradient-steps`` needs --algo bc) without repeating them."""
-    from rlrobot.runners.checkpoint import load_config, newest_intact_checkpoint
+    from rlrobot.checkpoints import load_config, newest_intact_checkpoint
 
     out = _flag_value(argv, "--out")
     ckpt_dir = Path(out) / "checkpoints" if out else None
@@ -160,8 +160,8 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
 def _resume_config(cfg, argv: list[str]):
     """Resume the run in --out (the directory given is the run) with its own config. Flags that may change on a
     resume (RESUMABLE) are honoured; any other flag that differs from the run's value is refused, naming it."""
+    from rlrobot.checkpoints import load_config, newest_intact_checkpoint
     from rlrobot.config import config_from_checkpoint
-    from rlrobot.runners.checkpoint import load_config, newest_intact_checkpoint
 
     run_dir = cfg.run_dir()
     ckpt_dir = Path(run_dir) / "checkpoints"
@@ -233,10 +233,10 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
     import torch
 
     import rlrobot
+    from rlrobot.checkpoints import load_checkpoint
     from rlrobot.config import config_from_checkpoint
     from rlrobot.envs.seeds import evaluation_seed
     from rlrobot.policies.registry import build_policy, check_compatible, policy_metadata
-    from rlrobot.runners.checkpoint import load_checkpoint
     from rlrobot.runners.evaluation import evaluate
 
     for name in ("episodes", "num_envs"):

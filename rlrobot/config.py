@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, algorithm_spec
+from rlrobot.checkpoints import CONFIG_VERSION, build_dataclass, upgrade_config
 from rlrobot.domains import NonNegativeInt, PositiveInt, check_domains
 from rlrobot.rewards import RewardConfig
-
-CONFIG_VERSION = 2
-"""config.json format: 2 since the algorithm registry (sections per algorithm, renamed fields); 1 before."""
 
 
 @dataclass
@@ -260,62 +258,13 @@ def train_config(algo: str = "ppo", **fields: Any) -> TrainConfig:
     return config_class(algo)(**fields)
 
 
-# ---------------------------------------------------------------------- loading saved configs
-_RENAMED_V1 = {  # section.field in config.json version 1 -> its version-2 place
-    ("ppo", "num_steps"): ("ppo", "rollout_steps"),
-    ("sac", "steps_per_iteration"): ("sac", "rollout_steps"),
-    ("sac", "num_critics"): ("policy", "num_critics"),
-    ("sac", "critic_layer_norm"): ("policy", "critic_layer_norm"),
-    ("flow", "num_steps"): ("flow", "denoising_steps"),
-    ("flow_ppo", "num_steps"): ("flow_ppo", "rollout_chunks"),
-    ("", "execute_steps"): ("flow", "execute_steps"),
-    ("", "save_replay"): ("sac", "save_replay"),
-}
-
-
-def upgrade_config(train: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 run config (written before the algorithm registry) in today's layout: renamed fields moved, the
-    sections of other algorithms dropped."""
-    if train.get("config_version", 1) >= CONFIG_VERSION:
-        return train
-    train = {k: (dict(v) if isinstance(v, dict) else v) for k, v in train.items()}
-    for (section, name), (new_section, new_name) in _RENAMED_V1.items():
-        source = train.get(section) if section else train
-        if isinstance(source, dict) and name in source:
-            value = source.pop(name)
-            train.setdefault(new_section, {})[new_name] = value
-    train["config_version"] = CONFIG_VERSION
-    return train
-
-
 def config_from_dict(train: dict[str, Any]) -> TrainConfig:
     """The run config saved in a checkpoint's config.json (``train``), of any config version this code reads."""
     train = upgrade_config(train)
-    algo = train.get("algo", "ppo")
-    cls = config_class(algo)
-    return _build(cls, {k: v for k, v in train.items() if k != "config_version"}, strict=False)
+    return build_dataclass(config_class(train.get("algo", "ppo")),
+                           {k: v for k, v in train.items() if k != "config_version"}, strict=False)
 
 
 def config_from_checkpoint(saved: dict[str, Any]) -> TrainConfig:
     """The run config of a checkpoint's config.json contents."""
     return config_from_dict(saved["train"])
-
-
-def _build(cls: type, values: dict[str, Any], strict: bool) -> Any:
-    """A dataclass from JSON values: nested sections built recursively, lists back to tuples, unknown keys dropped
-    (version-1 configs carry every algorithm's section) unless ``strict``."""
-    kwargs: dict[str, Any] = {}
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - set(known))
-    if unknown and strict:
-        raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
-    for name, f in known.items():
-        if name not in values:
-            continue
-        value = values[name]
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
-        if dataclasses.is_dataclass(default) and isinstance(value, dict):
-            kwargs[name] = _build(type(default), value, strict)
-        else:
-            kwargs[name] = tuple(value) if isinstance(value, list) else value
-    return cls(**kwargs)

@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rlrobot.checkpoints import resolve_checkpoint
 from rlrobot.cli import _normalise_numbers, main
-from rlrobot.runners.checkpoint import resolve_checkpoint
 
 RUN = ["--task", "so101-reach", "--num-envs", "8", "--ppo.rollout-steps", "8", "--ppo.num-minibatches", "2",
        "--policy.actor-hidden", "16", "--policy.critic-hidden", "16", "--eval-envs", "4", "--eval-episodes", "4",

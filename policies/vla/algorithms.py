@@ -45,9 +45,9 @@ def prepare_vla(run) -> None:
     if getattr(run, "init", "") and not run.resume:
         from pathlib import Path
 
+        from rlrobot.checkpoints import load_config
         from rlrobot.config import config_from_checkpoint
         from rlrobot.policies.registry import policy_kind_of
-        from rlrobot.runners.checkpoint import load_config
 
         saved = load_config(run.init)
         kind = policy_kind_of(saved)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, adam, as_float, mlp, offline_spec, register_offline
+from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, adam, as_float, mlp, offline_spec
 from rlrobot.algorithms.registry import register_algorithm
 from rlrobot.domains import NonNegative
 
@@ -53,7 +53,6 @@ class GaussianActor(nn.Module):
         return (mean + log_std.exp() * noise).clamp(-1.0, 1.0)
 
 
-@register_offline("bc")
 class BC(OfflineAlgorithm):
     def __init__(self, cfg: BCConfig, obs_dim, action_dim, data, device, generator=None):
         super().__init__(cfg, obs_dim, action_dim, data, device, generator)
@@ -76,4 +75,4 @@ class BC(OfflineAlgorithm):
 
 
 register_algorithm(offline_spec("bc", "behaviour cloning of a Gaussian MLP policy on a LeRobotDataset (offline baseline)",
-                                BCConfig))
+                                BCConfig, BC, needs_rewards=False))

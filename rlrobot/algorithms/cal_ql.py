@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, adam, as_float, offline_spec, register_offline, soft_update
+from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, adam, as_float, offline_spec, soft_update
 from rlrobot.algorithms.registry import register_algorithm
 from rlrobot.domains import NonNegative, Positive, PositiveInt, PositiveUnit
 from rlrobot.policies.sac_policy import QEnsemble, SquashedGaussianActor
@@ -124,7 +124,6 @@ def conservative_penalty(q_data: torch.Tensor, q_random: torch.Tensor, q_policy:
     return temperature * torch.logsumexp(cat / temperature, dim=-1) - q_data
 
 
-@register_offline("cal-ql")
 class CalQL(OfflineAlgorithm):
     def __init__(self, cfg: CalQLConfig, obs_dim, action_dim, data, device, generator=None):
         if data is not None and cfg.reward == "success":
@@ -218,4 +217,4 @@ class CalQL(OfflineAlgorithm):
 
 
 register_algorithm(offline_spec("cal-ql", "Cal-QL: CQL with the policy's Q-values floored at the data's Monte-Carlo "
-                                "returns (offline, LeRobotDataset)", CalQLConfig))
+                                "returns (offline, LeRobotDataset)", CalQLConfig, CalQL, sac_compatible=True))

@@ -133,9 +133,9 @@ def adopt_init_architecture(run) -> None:
     checkpoint of another policy kind is refused); ``RUN_FLOW_SETTINGS`` given on this run are kept."""
     if run.init in ("", "none") or run.resume:
         return
+    from rlrobot.checkpoints import load_config
     from rlrobot.config import config_from_checkpoint
     from rlrobot.policies.registry import policy_kind_of
-    from rlrobot.runners.checkpoint import load_config
 
     saved = load_config(run.init)
     kind = policy_kind_of(saved)

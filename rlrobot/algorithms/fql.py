@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, as_float, offline_spec, register_offline, soft_update
+from rlrobot.algorithms.offline import OfflineAlgorithm, OfflineConfig, as_float, offline_spec, soft_update
 from rlrobot.algorithms.registry import register_algorithm
 from rlrobot.domains import NonNegative, PositiveInt, PositiveUnit
 
@@ -194,7 +194,6 @@ class FQLConfig(OfflineConfig):
             raise ValueError(f"{name}.act_noise={self.act_noise!r} is not one of {ACT_NOISE}")
 
 
-@register_offline("fql")
 class FQL(OfflineAlgorithm):
     """Networks: ``bc_flow`` v_theta, ``onestep`` mu_omega, ``critic`` Q_phi (2 members), ``target_critic``."""
 
@@ -276,4 +275,4 @@ def fused_adam(device: torch.device) -> dict[str, bool]:
 
 
 register_algorithm(offline_spec("fql", "flow Q-learning: a one-step policy distilled from a BC flow against Q (offline)",
-                                FQLConfig))
+                                FQLConfig, FQL))

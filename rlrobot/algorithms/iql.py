@@ -27,7 +27,6 @@ from rlrobot.algorithms.offline import (
     expectile_loss,
     mlp,
     offline_spec,
-    register_offline,
     soft_update,
 )
 from rlrobot.algorithms.registry import register_algorithm
@@ -58,7 +57,6 @@ class IQLConfig(OfflineConfig):
             raise ValueError(f"iql.tau must be in (0, 1], got {self.tau}")
 
 
-@register_offline("iql")
 class IQL(OfflineAlgorithm):
     def __init__(self, cfg: IQLConfig, obs_dim, action_dim, data, device, generator=None):
         super().__init__(cfg, obs_dim, action_dim, data, device, generator)
@@ -101,4 +99,4 @@ class IQL(OfflineAlgorithm):
 
 
 register_algorithm(offline_spec("iql", "implicit Q-learning: expectile value, twin critics, advantage-weighted Gaussian "
-                                "actor (offline, LeRobotDataset)", IQLConfig))
+                                "actor (offline, LeRobotDataset)", IQLConfig, IQL))

@@ -114,7 +114,7 @@ class JSRLConfig:
         """A guide checkpoint must exist (its spaces are checked against the env when the guided env is built)."""
         if not self.enabled or self.guide == GUIDE_EXPERT:
             return
-        from rlrobot.runners.checkpoint import resolve_checkpoint
+        from rlrobot.checkpoints import resolve_checkpoint
 
         if not Path(self.guide).exists():
             raise ValueError(f"jsrl.guide={self.guide!r} is neither 'expert' nor an existing run / checkpoint directory")
@@ -217,9 +217,9 @@ class PolicyGuide:
     """A trained policy from a checkpoint, deterministic; chunk policies run through per-env chunk queues."""
 
     def __init__(self, path: str, env, run: TrainConfig):
+        from rlrobot.checkpoints import load_checkpoint
         from rlrobot.config import config_from_checkpoint
         from rlrobot.policies.registry import build_policy, check_compatible, policy_metadata
-        from rlrobot.runners.checkpoint import load_checkpoint
         from rlrobot.runners.evaluation import ChunkedActor
 
         weights, saved, ckpt = load_checkpoint(path)

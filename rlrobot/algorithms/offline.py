@@ -1,4 +1,4 @@
-"""What every offline RL algorithm shares (issue 17): its config base, its learner base, the look-up the offline
+"""What every offline RL algorithm shares: its config base, its learner base, the look-up the offline
 runner uses, the policy kind its checkpoints load as, and the losses and networks several algorithms reuse.
 
 Adding an offline algorithm (BC, IQL, Cal-QL, FQL, RQL, ...) is one module in ``rlrobot/algorithms/``:
@@ -7,20 +7,19 @@ Adding an offline algorithm (BC, IQL, Cal-QL, FQL, RQL, ...) is one module in ``
     class IQLConfig(OfflineConfig):          # its own fields; validate() calls super().validate(run) first
         expectile: float = 0.7
 
-    @register_offline("iql")                  # the offline runner finds the class by the algorithm's name
     class IQL(OfflineAlgorithm):
         def __init__(self, cfg, obs_dim, action_dim, data, device, generator): ...   # networks into self.networks
         def update(self) -> dict[str, float]: ...   # ONE gradient step on a batch it samples from self.data
         def act(self, obs, deterministic=True): ...  # [N, A] in [-1, 1] (or [N, h, A] if chunk_size = h > 1)
 
-    register_algorithm(offline_spec("iql", "implicit Q-learning ...", IQLConfig))
+    register_algorithm(offline_spec("iql", "implicit Q-learning ...", IQLConfig, IQL))   # the spec names the learner
 
 plus its import line in ``rlrobot/algorithms/__init__.py``, presets ``configs/iql_<task>.py`` and tests.
 
 Contract with the runner (``rlrobot.runners.offline.OfflineRunner``):
 
-- ``OFFLINE_ALGORITHMS`` maps the ``--algo`` name to the class (filled by ``@register_offline``); ``offline_algorithm``
-  looks it up with a one-line error naming the registered ones.
+- The spec's ``learner`` is the class the runner builds; its ``needs_rewards`` and ``sac_compatible`` say what it
+  trains on and whether a warm start can continue from it.
 - ``data`` is a ``rlrobot.data.transitions.Transitions`` on ``device`` (None when a checkpoint is only loaded to act:
   ``rlrobot eval``, ``serve``, ``deploy``), ``generator`` a ``torch.Generator`` on ``device`` for batches and noise.
 - Every network (observation normaliser, target networks and EMA copies included) lives in ``self.networks`` (an
@@ -43,7 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec
+from rlrobot.algorithms.registry import ALGORITHMS, AlgorithmConfig, AlgorithmSpec
 from rlrobot.algorithms.sft import DatasetInput
 from rlrobot.domains import NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
 from rlrobot.policies.normalizer import RunningNormalizer
@@ -134,42 +133,19 @@ def adopt_scaled_budget(run, batch_size: int) -> int:
     return steps
 
 
-# ---------------------------------------------------------------------- registry of learner classes
-OFFLINE_ALGORITHMS: dict[str, type[OfflineAlgorithm]] = {}
-
-
-def register_offline(name: str):
-    """Class decorator: the offline runner builds ``OFFLINE_ALGORITHMS[name]`` for ``--algo name``."""
-
-    def wrap(cls: type[OfflineAlgorithm]) -> type[OfflineAlgorithm]:
-        if name in OFFLINE_ALGORITHMS and OFFLINE_ALGORITHMS[name] is not cls:
-            raise ValueError(f"offline algorithm {name!r} is registered twice")
-        OFFLINE_ALGORITHMS[name] = cls
-        cls.name = name
-        return cls
-
-    return wrap
-
-
-def offline_algorithm(name: str) -> type[OfflineAlgorithm]:
-    import rlrobot.algorithms  # noqa: F401  (the modules register themselves on import)
-
-    if name not in OFFLINE_ALGORITHMS:
-        raise ValueError(f"algo={name!r} is not an offline algorithm; offline algorithms: {', '.join(sorted(OFFLINE_ALGORITHMS))}")
-    return OFFLINE_ALGORITHMS[name]
-
-
+# ---------------------------------------------------------------------- the spec of an offline algorithm
 def offline_algorithm_names() -> tuple[str, ...]:
-    import rlrobot.algorithms  # noqa: F401
+    """The registered algorithms the offline runner trains (their policies are the ``offline`` kind)."""
+    return tuple(spec.name for spec in ALGORITHMS.specs() if spec.policy_kind == OFFLINE_POLICY_KIND)
 
-    return tuple(sorted(OFFLINE_ALGORITHMS))
 
-
-def offline_spec(name: str, summary: str, config: type[OfflineConfig], config_field: str | None = None) -> AlgorithmSpec:
-    """The ``AlgorithmSpec`` of an offline algorithm: the offline runner, the ``offline`` policy kind, ``--dataset``
-    and ``--labelled-fraction``."""
-    return AlgorithmSpec(name=name, summary=summary, config_field=config_field or name.replace("-", "_"), config=config,
-                         policy_kind=OFFLINE_POLICY_KIND, runner=OFFLINE_RUNNER, run_fields=(DatasetInput, SemiSupervisedInput))
+def offline_spec(name: str, summary: str, config: type[OfflineConfig], learner: type[OfflineAlgorithm],
+                 **capabilities: Any) -> AlgorithmSpec:
+    """The ``AlgorithmSpec`` of an offline algorithm: the offline runner builds ``learner``; the ``offline`` policy kind,
+    ``--dataset`` and ``--labelled-fraction``; ``capabilities`` (``needs_rewards``, ``sac_compatible``) as the spec's."""
+    return AlgorithmSpec(name=name, summary=summary, config_field=name.replace("-", "_"), config=config,
+                         policy_kind=OFFLINE_POLICY_KIND, runner=OFFLINE_RUNNER, run_fields=(DatasetInput, SemiSupervisedInput),
+                         learner=learner, **capabilities)
 
 
 # ---------------------------------------------------------------------- the learner base
@@ -304,7 +280,7 @@ def _build_offline_policy(meta: dict[str, Any], cfg: OfflinePolicyConfig) -> Off
     from rlrobot.config import config_from_dict
 
     run = config_from_dict(meta["train"])
-    algo = offline_algorithm(run.algo)(run.algorithm, int(meta["obs_dim"]), int(meta["action_dim"]), None, "cpu", None)
+    algo = run.spec.learner(run.algorithm, int(meta["obs_dim"]), int(meta["action_dim"]), None, "cpu", None)
     if algo.chunk_size > 1:
         algo._policy = ChunkedOfflinePolicy(algo, cfg.execute_steps)
     return algo.policy

@@ -12,6 +12,8 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rlrobot.registry import Registry
+
 if TYPE_CHECKING:
     from rlrobot.config import TrainConfig
 
@@ -45,6 +47,8 @@ class AlgorithmConfig(abc.ABC):
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
+    """What an algorithm is, needs and offers: everything the config, the runners and the CLI ask of it."""
+
     name: str
     """what --algo takes"""
     summary: str
@@ -57,7 +61,16 @@ class AlgorithmSpec:
     runner: str
     """``module:Class`` of its runner, imported only when a run starts"""
     run_fields: tuple[type, ...] = ()
-    """extra top-level option groups the algorithm needs (``DatasetInput`` -> ``--dataset``, ``InitCheckpoint``)"""
+    """extra top-level option groups the algorithm needs (``DatasetInput`` -> ``--dataset``, ``InitCheckpoint``,
+    ``JSRLInput`` -> ``--jsrl.*`` for the learners a guide can roll in for)"""
+    learner: type | None = None
+    """the learner class its runner builds, where one runner serves several algorithms (the offline family)"""
+    needs_rewards: bool = True
+    """trains on rewards (False: behaviour cloning, which learns from a dataset without them)"""
+    sac_compatible: bool = False
+    """its actor, critics and normaliser are SAC's networks, so a warm start (``--init``) can continue from it"""
+    flow_variant: str = ""
+    """flow-policy PPO: how the denoising chain is made stochastic (``noise`` | ``sde``)"""
 
     def budget_flag(self) -> str:
         """The flag that sets a run's length: ``--total-steps``, or the section's own (``--iql.gradient-steps``)."""
@@ -69,33 +82,25 @@ class AlgorithmSpec:
         return getattr(importlib.import_module(module), name)
 
 
-_ALGORITHMS: dict[str, AlgorithmSpec] = {}
-
-
-def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
-    if spec.name in _ALGORITHMS and _ALGORITHMS[spec.name] != spec:
-        raise ValueError(f"algorithm {spec.name!r} is registered twice")
-    _ALGORITHMS[spec.name] = spec
-    return spec
-
-
 def _load_builtin() -> None:
     import rlrobot.algorithms  # noqa: F401  (its modules register themselves on import)
 
 
+ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm", lambda spec: spec.name, _load_builtin)
+
+
+def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
+    return ALGORITHMS.register(spec)
+
+
 def algorithm_names() -> tuple[str, ...]:
-    _load_builtin()
-    return tuple(sorted(_ALGORITHMS))
+    return ALGORITHMS.names()
 
 
 def algorithm_spec(name: str) -> AlgorithmSpec:
     """The spec registered under ``name``; an unknown name is refused with the registered ones."""
-    _load_builtin()
-    if name not in _ALGORITHMS:
-        raise ValueError(f"algo={name!r} is not a registered algorithm; registered: {', '.join(sorted(_ALGORITHMS))}")
-    return _ALGORITHMS[name]
+    return ALGORITHMS.get(name, field="algo")
 
 
 def describe_algorithms() -> list[dict[str, Any]]:
-    return [{"algo": s.name, "policy_kind": s.policy_kind, "summary": s.summary} for s in
-            (algorithm_spec(n) for n in algorithm_names())]
+    return [{"algo": s.name, "policy_kind": s.policy_kind, "summary": s.summary} for s in ALGORITHMS.specs()]

@@ -48,7 +48,6 @@ from rlrobot.algorithms.offline import (
     as_float,
     expectile_loss,
     offline_spec,
-    register_offline,
     soft_update,
 )
 from rlrobot.algorithms.registry import register_algorithm
@@ -135,7 +134,6 @@ class RQLConfig(OfflineConfig):
             raise ValueError(f"{name}.act_noise={self.act_noise!r} is not one of {ACT_NOISE}")
 
 
-@register_offline("rql")
 class RQL(OfflineAlgorithm):
     """Networks: ``actor`` v_theta over chunks, ``ema_actor`` (acts), ``value`` V_phi (E members), ``target_value``."""
 
@@ -206,4 +204,4 @@ class RQL(OfflineAlgorithm):
 
 
 register_algorithm(offline_spec("rql", "reversal Q-learning: a flow actor with a value over partial actions and flow "
-                                "time, reversed flows, h-step expectile targets, ensemble pessimism (offline)", RQLConfig))
+                                "time, reversed flows, h-step expectile targets, ensemble pessimism (offline)", RQLConfig, RQL))

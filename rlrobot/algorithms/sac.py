@@ -266,4 +266,4 @@ def _fast_adam(device: torch.device) -> dict[str, bool]:
 
 register_algorithm(AlgorithmSpec(
     name="sac", summary="SAC / REDQ with a device replay buffer, high UTD, n-step returns", config_field="sac",
-    config=SACConfig, policy_kind="sac", runner="rlrobot.runners.off_policy:OffPolicyRunner"))
+    config=SACConfig, policy_kind="sac", runner="rlrobot.runners.off_policy:OffPolicyRunner", sac_compatible=True))

@@ -25,14 +25,20 @@ from typing import Any, Literal
 import torch
 
 from rlrobot.algorithms.cal_ql import conservative_penalty
-from rlrobot.algorithms.registry import AlgorithmSpec, register_algorithm
+from rlrobot.algorithms.registry import ALGORITHMS, AlgorithmSpec, algorithm_spec, register_algorithm
 from rlrobot.algorithms.sac import SAC, SACConfig
 from rlrobot.algorithms.sft import DatasetInput
+from rlrobot.checkpoints import load_config, load_section, saved_train
 from rlrobot.domains import NonNegative, NonNegativeInt, OpenUnitInterval, Positive, PositiveInt
+from rlrobot.policies.registry import policy_kind_of
+from rlrobot.policies.sac_policy import SACPolicyConfig
 
 WARM_START_RUNNER = "rlrobot.runners.warm_start:WarmStartRunner"
-SAC_FITTING_OFFLINE = ("cal-ql",)
-"""offline algorithms whose networks are SAC's (tanh-Gaussian actor, Q ensemble, target critics, normaliser)"""
+
+
+def sac_compatible_algorithms() -> list[str]:
+    """The algorithms whose checkpoints a warm start continues from (their spec's ``sac_compatible``)."""
+    return [spec.name for spec in ALGORITHMS.specs() if spec.sac_compatible]
 
 
 @dataclass
@@ -68,7 +74,7 @@ class WarmStartConfig(SACConfig):
                              "with rewards, e.g. from `rlrobot collect --recipe noisy`)")
         if hasattr(run, "init") and run.init in ("", "none") and not run.resume:
             raise ValueError(f"algo={run.algo!r} starts from an offline checkpoint: pass --init RUN_DIR (an --algo "
-                             f"{' / '.join(SAC_FITTING_OFFLINE)} run); from scratch use --algo sac or --algo rlpd")
+                             f"{' / '.join(sac_compatible_algorithms())} run); from scratch use --algo sac or --algo rlpd")
         if len(run.policy.read_keys) > 1 and ratio is not None:
             raise ValueError(f"algo={run.algo!r} mixes in offline data, which hold the state only; the policy reads "
                              f"{run.policy.read_keys}")
@@ -148,39 +154,31 @@ class CalQLOnlineConfig(WarmStartConfig):
 
 
 # ---------------------------------------------------------------------- --init: offline checkpoint -> SAC policy
-def init_source(saved: dict[str, Any]) -> str:
-    """'sac' for a SAC-kind run, else the offline algorithm's name; refuses what does not fit SAC's networks."""
-    from rlrobot.policies.registry import policy_kind_of
-
-    kind = policy_kind_of(saved)
+def init_source(saved: dict[str, Any]) -> AlgorithmSpec:
+    """The spec of the algorithm a checkpoint holds, if a warm start can continue from it (its networks fit SAC's)."""
     algo = saved.get("train", {}).get("algo", "")
-    if kind == "sac":
-        return "sac"
-    if kind == "offline" and algo in SAC_FITTING_OFFLINE:
-        return algo
-    raise ValueError(f"init holds an {algo or kind!r} checkpoint; a warm start needs an actor and critics that fit SAC: "
-                     f"{', '.join(SAC_FITTING_OFFLINE)} (offline) or a sac run")
+    if algo in ALGORITHMS and algorithm_spec(algo).sac_compatible:
+        return algorithm_spec(algo)
+    raise ValueError(f"init holds an {algo or policy_kind_of(saved)!r} checkpoint; a warm start needs an actor and critics "
+                     f"that fit SAC: a run of {', '.join(sac_compatible_algorithms())}")
 
 
 def adopt_offline_init(run) -> None:
     """The --init run's networks become this run's policy architecture (and its discount, target subset, actor
     reduction and reward, which the pretrained critics were fitted to). Refuses another task or reward."""
-    from rlrobot.config import config_from_checkpoint
-    from rlrobot.policies.sac_policy import SACPolicyConfig
-    from rlrobot.runners.checkpoint import load_config
-
     saved = load_config(run.init)
     source = init_source(saved)
-    init = config_from_checkpoint(saved)
-    if init.task != run.task or init.control_mode != run.control_mode:
-        raise ValueError(f"init={run.init!r} was trained on task={init.task!r} control_mode={init.control_mode!r}; this "
-                         f"run has task={run.task!r} control_mode={run.control_mode!r}")
+    train = saved_train(saved)
+    if train["task"] != run.task or train.get("control_mode") != run.control_mode:
+        raise ValueError(f"init={run.init!r} was trained on task={train['task']!r} control_mode={train.get('control_mode')!r}; "
+                         f"this run has task={run.task!r} control_mode={run.control_mode!r}")
     section = run.algorithm
-    if source == "sac":
-        run.policy = dataclasses.replace(init.policy)
-        section.gamma = init.sac.gamma
+    init_section = load_section(saved, source.config_field, source.config)
+    if source.policy_kind == "sac":
+        run.policy = load_section(saved, "policy", SACPolicyConfig)
+        section.gamma = init_section.gamma
         return
-    off = init.algorithm
+    off = init_section
     trained_on = "success" if getattr(off, "reward", "dataset") == "success" else "dense"
     if trained_on != ("success" if run.reward_mode == "sparse" else "dense"):
         what = "sparse (success)" if trained_on == "success" else "dataset's dense"
@@ -215,9 +213,9 @@ def _action_dim_of(dataset: str) -> int:
     return int(features.get(action_feature(features), {}).get("shape", [0])[0])
 
 
-def sac_weights_from_offline(weights: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+def sac_weights_from_offline(weights: dict[str, torch.Tensor], source: AlgorithmSpec) -> dict[str, torch.Tensor]:
     """An offline checkpoint's weights under SACPolicy's names (Cal-QL: networks.{obs_norm,actor,critic,critic_target})."""
-    if source == "sac":
+    if source.policy_kind == "sac":
         return dict(weights)
     names = {"networks.obs_norm.": "normalizer.", "networks.actor.": "actor.", "networks.critic.": "critic.",
              "networks.critic_target.": "critic_target."}
@@ -289,12 +287,13 @@ class WarmStartSAC(SAC):
 
 register_algorithm(AlgorithmSpec(
     name="wsrl", summary="WSRL: SAC from an offline checkpoint (--init), a warm-up with the frozen policy, then online "
-    "data only", config_field="wsrl", config=WSRLConfig, policy_kind="sac", runner=WARM_START_RUNNER,
+    "data only", config_field="wsrl", config=WSRLConfig, policy_kind="sac", runner=WARM_START_RUNNER, sac_compatible=True,
     run_fields=(WarmStartInit,)))
 register_algorithm(AlgorithmSpec(
     name="rlpd", summary="RLPD: SAC from scratch, each batch half offline (--dataset) / half online, LayerNorm ensemble",
-    config_field="rlpd", config=RLPDConfig, policy_kind="sac", runner=WARM_START_RUNNER, run_fields=(DatasetInput,)))
+    config_field="rlpd", config=RLPDConfig, policy_kind="sac", runner=WARM_START_RUNNER, run_fields=(DatasetInput,),
+    sac_compatible=True))
 register_algorithm(AlgorithmSpec(
     name="cal-ql-online", summary="Cal-QL fine-tuned online from --init, the offline data (--dataset) kept in every "
     "batch with the conservative regulariser", config_field="cal_ql_online", config=CalQLOnlineConfig, policy_kind="sac",
-    runner=WARM_START_RUNNER, run_fields=(WarmStartInit, DatasetInput)))
+    runner=WARM_START_RUNNER, run_fields=(WarmStartInit, DatasetInput), sac_compatible=True))

@@ -18,14 +18,13 @@ console = Console(soft_wrap=True)
 
 def gradient_steps_per_s(algo: str, task: str, obs_dim: int, action_dim: int, seconds: float, device: str = "cpu"
                          ) -> dict[str, Any]:
-    from rlrobot.algorithms.offline import offline_algorithm
     from rlrobot.configs import preset
     from rlrobot.data.transitions import synthetic_transitions
 
     cfg = preset(task, algo)
     section = cfg.algorithm
     data = synthetic_transitions((100,) * 20, obs_dim=obs_dim, action_dim=action_dim, gamma=section.gamma, device=device)
-    learner = offline_algorithm(algo)(section, obs_dim, action_dim, data, device, torch.Generator(device=device).manual_seed(0))
+    learner = cfg.spec.learner(section, obs_dim, action_dim, data, device, torch.Generator(device=device).manual_seed(0))
     for _ in range(3):  # warm-up: allocator, optimizer state
         learner.update()
     steps, start = 0, time.perf_counter()

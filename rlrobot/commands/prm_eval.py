@@ -181,9 +181,9 @@ def plot_curves(curves: list, path: Path, stride: int, max_plots: int = 16) -> P
 
 
 def run_prm_eval(args: PRMEvalArgs) -> dict[str, Any]:
+    from rlrobot.checkpoints import resolve_checkpoint
     from rlrobot.data.progress_labels import load_progress_data
     from rlrobot.rewards.prm import load_progress_model
-    from rlrobot.runners.checkpoint import resolve_checkpoint
 
     if args.stride < 1:
         raise ValueError(f"stride must be >= 1, got {args.stride}")

@@ -402,8 +402,8 @@ def load_progress_model(path: str | Path, device: str | torch.device = "cpu",
     the env lacks, or with another shape, is refused (ValueError naming the key). Only the checkpoint's
     ``obs_keys`` and ``instruction_embedding`` are read from observations. A directory of the SARM adapter
     (``python -m rlrobot.rewards.sarm``, the ``vla`` extra) loads as that model, behind the same protocol."""
+    from rlrobot.checkpoints import load_checkpoint
     from rlrobot.rewards.sarm import ADAPTER_FILE, load_sarm
-    from rlrobot.runners.checkpoint import load_checkpoint
 
     paths = split_prm_paths(path)
     if len(paths) > 1:

@@ -23,12 +23,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 import rlrobot
+from rlrobot.checkpoints import load_checkpoint, load_trainer_state, newest_intact_checkpoint, save_checkpoint
 from rlrobot.config import TrainConfig
 from rlrobot.envs.seeds import evaluation_seed, training_seed
 from rlrobot.logging.loggers import Logger
 from rlrobot.logging.plots import plot_learning_curve
 from rlrobot.policies.registry import build_policy, check_compatible, policy_kind_of, policy_metadata
-from rlrobot.runners.checkpoint import load_checkpoint, load_trainer_state, newest_intact_checkpoint, save_checkpoint
 from rlrobot.runners.evaluation import evaluate
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns

@@ -19,12 +19,12 @@ from rlrobot.algorithms.flow_nft import FlowNFT, group_advantages, step_efficien
 from rlrobot.algorithms.flow_ppo import FlowPPO
 from rlrobot.algorithms.jsrl import LEARNER_KEY
 from rlrobot.algorithms.policytrim import ExecuteCurriculum
+from rlrobot.checkpoints import load_checkpoint
 from rlrobot.config import TrainConfig
 from rlrobot.envs.seeds import group_start_seed
 from rlrobot.policies.registry import check_compatible
 from rlrobot.rewards import set_steps_per_discount
 from rlrobot.runners.base import Runner, console
-from rlrobot.runners.checkpoint import load_checkpoint
 
 
 class FlowOnPolicyRunner(Runner):

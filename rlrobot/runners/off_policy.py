@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from rlrobot.algorithms.sac import SAC
+from rlrobot.checkpoints import load_extra_file
 from rlrobot.config import TrainConfig
 from rlrobot.runners.base import Runner, console
-from rlrobot.runners.checkpoint import load_extra_file
 
 REPLAY_FILE = "replay"
 

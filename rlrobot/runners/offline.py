@@ -13,13 +13,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rlrobot.algorithms.offline import offline_algorithm
+from rlrobot.algorithms.registry import ALGORITHMS
 from rlrobot.config import TrainConfig
 from rlrobot.data.transitions import Transitions, load_transitions
 from rlrobot.runners.base import Runner, console
-
-BEHAVIOUR_CLONING = ("bc",)
-"""algorithms that learn without rewards (a dataset without ``next.reward``, e.g. a deploy recording, trains only these)"""
 
 
 def load_offline_data(cfg: TrainConfig, obs_shapes: dict[str, tuple], action_dim: int, device) -> Transitions:
@@ -29,9 +26,10 @@ def load_offline_data(cfg: TrainConfig, obs_shapes: dict[str, tuple], action_dim
                             task=cfg.task if ":" not in cfg.task else None,
                             control_mode=cfg.control_mode if ":" not in cfg.task else None, gamma=section.gamma,
                             device=device, max_episodes=section.max_episodes, max_episode_steps=cfg.episode_steps())
-    if not data.has_rewards and cfg.algo not in BEHAVIOUR_CLONING:
+    if not data.has_rewards and cfg.spec.needs_rewards:
+        cloning = [s.name for s in ALGORITHMS.specs() if not s.needs_rewards and s.runner == cfg.spec.runner]
         raise ValueError(f"dataset {cfg.dataset} has no 'next.reward' feature (e.g. a deploy recording): algo={cfg.algo!r} "
-                         f"needs rewards; behaviour cloning ({', '.join(BEHAVIOUR_CLONING)}) trains without them")
+                         f"needs rewards; behaviour cloning ({', '.join(cloning)}) trains without them")
     fraction = getattr(cfg, "labelled_fraction", 1.0)
     if fraction < 1.0:
         from rlrobot.data.inverse_dynamics import label_with_inverse_dynamics
@@ -49,7 +47,7 @@ class OfflineRunner(Runner):
         obs_dim = int(space["state"].shape[0])
         action_dim = int(self.meta["action_dim"])
         self.data = load_offline_data(cfg, {"state": tuple(space["state"].shape)}, action_dim, self.device)
-        self.algo = offline_algorithm(cfg.algo)(cfg.algorithm, obs_dim, action_dim, self.data, self.device, self.generator)
+        self.algo = cfg.spec.learner(cfg.algorithm, obs_dim, action_dim, self.data, self.device, self.generator)
         policy_cfg = cfg.policy_config
         if self.algo.chunk_size > 1 and policy_cfg.execute_steps:
             self.algo.policy.execute_steps = min(policy_cfg.execute_steps, self.algo.chunk_size)

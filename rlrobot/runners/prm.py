@@ -59,8 +59,8 @@ class PRMRunner(Runner):
 
     def _warm_start(self, path: str) -> None:
         """Weights (and state statistics) of another PRM run; only heads this net adds may be missing from it."""
+        from rlrobot.checkpoints import load_checkpoint
         from rlrobot.rewards.prm import check_observation_space
-        from rlrobot.runners.checkpoint import load_checkpoint
 
         weights, config, ckpt = load_checkpoint(path)
         if not config.get("prm"):

@@ -69,8 +69,8 @@ class WarmStartRunner(OffPolicyRunner):
         return data
 
     def _load_init(self, path: str) -> None:
+        from rlrobot.checkpoints import load_checkpoint, load_trainer_state
         from rlrobot.policies.registry import check_compatible
-        from rlrobot.runners.checkpoint import load_checkpoint, load_trainer_state
 
         weights, saved, ckpt = load_checkpoint(path)
         check_compatible(saved, self.meta)

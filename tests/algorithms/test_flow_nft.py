@@ -247,8 +247,8 @@ def test_execute_curriculum_advances_only_when_its_rule_holds():
 
 
 def test_curriculum_in_a_run_keeps_the_env_step_budget_and_saves_the_execute_length(tmp_path):
+    from rlrobot.checkpoints import load_config
     from rlrobot.runners.base import make_runner
-    from rlrobot.runners.checkpoint import load_config
 
     cfg = train_config("flow-nft", task="so101-reach", num_envs=4, total_steps=4 * 2 * 6, out=str(tmp_path / "trim"),
                        logger="none", video=False, eval_episodes=2, eval_envs=2, num_threads=1, init="none",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlrobot.algorithms.fql import FQL, Critic, FQLConfig, flow_matching_loss, td_target
-from rlrobot.algorithms.offline import OFFLINE_ALGORITHMS
+from rlrobot.algorithms.registry import algorithm_spec
 from rlrobot.config import train_config
 from rlrobot.data.transitions import from_arrays
 
@@ -135,7 +135,7 @@ def test_act_samples_z_as_the_reference_evaluates_and_checkpoints_round_trip():
     loaded.load_state_dict(algo.state_dict())
     torch.manual_seed(4)
     assert torch.equal(loaded.act(obs), a) and loaded.updates == 1
-    assert OFFLINE_ALGORITHMS["fql"] is FQL
+    assert algorithm_spec("fql").learner is FQL
 
 
 @pytest.mark.parametrize(("field", "value", "match"), [

@@ -4,7 +4,8 @@
 import pytest
 import torch
 
-from rlrobot.algorithms.offline import OFFLINE_POLICY_KIND, expectile_loss, offline_algorithm, offline_algorithm_names
+from rlrobot.algorithms.offline import OFFLINE_POLICY_KIND, expectile_loss, offline_algorithm_names
+from rlrobot.algorithms.registry import algorithm_spec
 from rlrobot.config import train_config
 from rlrobot.data.transitions import synthetic_transitions
 
@@ -22,10 +23,11 @@ def test_expectile_loss_is_asymmetric_with_the_right_sign():
     assert best.item() == pytest.approx(0.75)  # 0.9 * 1 * (1 - v) = 0.1 * 3 * v  ->  v = 0.75 > mean 0.25
 
 
-def test_registry_lists_the_offline_algorithms_and_refuses_others():
-    assert {"bc", "iql", "cal-ql"} <= set(offline_algorithm_names())
-    with pytest.raises(ValueError, match="algo='sac' is not an offline algorithm; offline algorithms: bc, cal-ql"):
-        offline_algorithm("sac")
+def test_the_registry_lists_the_offline_algorithms_with_their_learners_and_capabilities():
+    assert set(offline_algorithm_names()) == {"bc", "iql", "cal-ql", "fql", "rql"}
+    assert all(algorithm_spec(name).learner is not None for name in offline_algorithm_names())
+    assert {name for name in offline_algorithm_names() if not algorithm_spec(name).needs_rewards} == {"bc"}
+    assert algorithm_spec("sac").learner is None and "sac" not in offline_algorithm_names()
 
 
 @pytest.mark.parametrize("algo", ["bc", "iql", "cal-ql"])
@@ -36,7 +38,7 @@ def test_a_checkpoint_rebuilds_the_same_policy_through_the_policy_registry(algo)
     section = cfg.algorithm
     section.hidden = (16,)
     data = synthetic_transitions((10, 10), obs_dim=4, action_dim=2)
-    learner = offline_algorithm(algo)(section, 4, 2, data, "cpu", torch.Generator().manual_seed(0))
+    learner = algorithm_spec(algo).learner(section, 4, 2, data, "cpu", torch.Generator().manual_seed(0))
     for _ in range(3):
         learner.update()
     assert learner.updates == 3
@@ -47,7 +49,7 @@ def test_a_checkpoint_rebuilds_the_same_policy_through_the_policy_registry(algo)
     assert torch.equal(rebuilt.act(obs), learner.policy.act(obs))
     assert rebuilt.act(obs).abs().max() <= 1.0
     state = learner.state_dict()
-    other = offline_algorithm(algo)(section, 4, 2, data, "cpu", torch.Generator().manual_seed(1))
+    other = algorithm_spec(algo).learner(section, 4, 2, data, "cpu", torch.Generator().manual_seed(1))
     other.load_state_dict(state)
     assert other.updates == 3
 

@@ -8,10 +8,11 @@ import dataclasses
 import pytest
 import torch
 
+from rlrobot.algorithms.registry import algorithm_spec
 from rlrobot.algorithms.wsrl import sac_weights_from_offline
+from rlrobot.checkpoints import load_checkpoint, load_trainer_state
 from rlrobot.config import train_config
 from rlrobot.runners.base import make_runner
-from rlrobot.runners.checkpoint import load_checkpoint, load_trainer_state
 
 COMMON = dict(task="so101-reach", logger="none", video=False, eval_episodes=2, eval_envs=2, num_threads=1,
               max_episode_steps=20, update_threads=1)
@@ -61,7 +62,7 @@ def dataset_rows(data) -> torch.Tensor:
 def test_init_copies_the_offline_networks_and_the_warmup_makes_no_gradient_step(cal_ql_run, tmp_path):
     runner = make_runner(wsrl_config(cal_ql_run, tmp_path / "w", learning_starts=48))
     weights, _, ckpt = load_checkpoint(cal_ql_run)
-    expected = sac_weights_from_offline(weights, "cal-ql")
+    expected = sac_weights_from_offline(weights, algorithm_spec("cal-ql"))
     state = runner.policy.state_dict()
     assert set(expected) == set(state)
     for k, v in expected.items():
@@ -243,5 +244,5 @@ def test_init_of_an_algorithm_that_does_not_fit_sac_is_refused(dataset, tmp_path
     make_runner(bc).learn()
     cfg = train_config("wsrl", **COMMON, init=str(tmp_path / "bc"), out=str(tmp_path / "x"))
     with pytest.raises(ValueError, match=r"init holds an 'bc' checkpoint; a warm start needs an actor and critics that "
-                                         r"fit SAC: cal-ql \(offline\) or a sac run"):
+                                         r"fit SAC: a run of cal-ql, cal-ql-online, rlpd, sac, wsrl$"):
         cfg.prepare()

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import rlrobot
+from rlrobot.checkpoints import save_checkpoint
 from rlrobot.config import train_config
 from rlrobot.policies.actor_critic import ActorCritic, ActorCriticConfig
 from rlrobot.policies.registry import policy_metadata
-from rlrobot.runners.checkpoint import save_checkpoint
 
 TOKEN = "test-token"
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import rlrobot
+from rlrobot.checkpoints import save_checkpoint
 from rlrobot.config import train_config
 from rlrobot.policies.flow import FlowPolicyConfig, FlowSampling, MLPFlowPolicy
 from rlrobot.policies.registry import policy_metadata
@@ -16,7 +17,6 @@ from rlrobot.real_robot.drivers.twin import TwinRobot
 from rlrobot.real_robot.executor import ChunkExecutor, ExecutorConfig
 from rlrobot.real_robot.policy_runtime import LoadedPolicy
 from rlrobot.real_robot.safety import SafetyConfig, SafetySupervisor
-from rlrobot.runners.checkpoint import save_checkpoint
 
 
 class GaussianFlow(FlowSampling):

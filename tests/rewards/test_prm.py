@@ -273,8 +273,8 @@ def _config(out, dataset, updates: int):
 
 def test_train_checkpoint_refuses_other_observation_space_and_resumes_exactly(suite_dataset, tmp_path):
     import rlrobot
+    from rlrobot.checkpoints import load_checkpoint
     from rlrobot.runners.base import make_runner
-    from rlrobot.runners.checkpoint import load_checkpoint
 
     straight = make_runner(_config(tmp_path / "a", suite_dataset, 6)).learn()
     assert set(straight["eval"]) >= {"spearman_mean", "done_f1", "reversed_total_mean", "mismatch_ratio"}

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 import rlrobot
+from rlrobot.checkpoints import save_checkpoint
 from rlrobot.config import train_config
 from rlrobot.rewards import RewardConfig
 from rlrobot.rewards.prm import PRMNetConfig, VLACProgressModel, prm_metadata
 from rlrobot.rewards.prm_reward import PRMReward
-from rlrobot.runners.checkpoint import save_checkpoint
 
 GAMMA = 0.9
 TINY = PRMNetConfig(obs_keys=("state",), state_hidden=(16,), embed_dim=8, text_dim=8, head_hidden=(16,))

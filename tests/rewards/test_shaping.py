@@ -63,8 +63,8 @@ def test_shaped_training_resumes_exactly(tmp_path):
     from safetensors.torch import load_file
 
     from rlrobot.algorithms.ppo import PPOConfig
+    from rlrobot.checkpoints import resolve_checkpoint
     from rlrobot.policies import ActorCriticConfig
-    from rlrobot.runners.checkpoint import resolve_checkpoint
     from rlrobot.runners.on_policy import OnPolicyRunner
 
     def cfg(out, iterations, **kw):

@@ -6,9 +6,9 @@ import torch
 from safetensors.torch import load_file
 
 from rlrobot.algorithms.ppo import PPOConfig
+from rlrobot.checkpoints import resolve_checkpoint, save_checkpoint
 from rlrobot.config import train_config
 from rlrobot.policies import ActorCriticConfig
-from rlrobot.runners.checkpoint import resolve_checkpoint, save_checkpoint
 from rlrobot.runners.on_policy import OnPolicyRunner
 
 
@@ -54,7 +54,7 @@ def test_existing_run_is_not_overwritten_without_resume(tmp_path):
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     model = torch.nn.Linear(2, 2)
     save_checkpoint(tmp_path, "iter_000001", model, {"a": 1})
-    import rlrobot.runners.checkpoint as ck
+    import rlrobot.checkpoints as ck
 
     def crash(*a, **k):
         raise RuntimeError("disk full")

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from rlrobot.checkpoints import load_checkpoint
 from rlrobot.cli import main
 from rlrobot.config import config_from_checkpoint
 from rlrobot.policies.registry import build_policy, policy_kind_of
-from rlrobot.runners.checkpoint import load_checkpoint
 
 OLD = Path(__file__).parent.parent / "fixtures" / "runs_v0_1"
 RUNS = {"ppo": "actor-critic", "sac": "sac", "sft": "flow", "flownoise": "flow"}

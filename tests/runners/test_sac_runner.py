@@ -5,9 +5,9 @@ import torch
 from safetensors.torch import load_file
 
 from rlrobot.algorithms.sac import SACConfig
+from rlrobot.checkpoints import resolve_checkpoint
 from rlrobot.config import train_config
 from rlrobot.policies.sac_policy import SACPolicyConfig
-from rlrobot.runners.checkpoint import resolve_checkpoint
 from rlrobot.runners.off_policy import OffPolicyRunner
 
 

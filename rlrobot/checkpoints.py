@@ -1,4 +1,5 @@
-"""Checkpoints: safetensors weights + the JSON config that built them, written atomically.
+"""Checkpoints: safetensors weights + the JSON config that built them, written atomically, and the reading of saved
+run configs (any config version: ``upgrade_config``; one section of one: ``load_section``).
 
 Layout of one checkpoint directory::
 
@@ -15,6 +16,7 @@ file) is replaced atomically to point at it. Files are readable by the group (li
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -29,6 +31,8 @@ from safetensors.torch import load_file, save_file
 
 LATEST = "latest"
 CHECKSUMS = "checksums.json"
+CONFIG_VERSION = 2
+"""config.json format: 2 since the algorithm registry (sections per algorithm, renamed fields); 1 before."""
 
 
 class CheckpointError(ValueError):
@@ -251,3 +255,65 @@ def load_extra_file(ckpt: Path, file_name: str) -> dict[str, torch.Tensor] | Non
     """An extra safetensors file of a checkpoint (e.g. the replay buffer), or None when it was not saved."""
     path = Path(ckpt) / f"{file_name}.safetensors"
     return _load_tensors(path) if path.is_file() else None
+
+
+# ---------------------------------------------------------------------- reading saved run configs
+_RENAMED_V1 = {  # section.field in config.json version 1 -> its version-2 place
+    ("ppo", "num_steps"): ("ppo", "rollout_steps"),
+    ("sac", "steps_per_iteration"): ("sac", "rollout_steps"),
+    ("sac", "num_critics"): ("policy", "num_critics"),
+    ("sac", "critic_layer_norm"): ("policy", "critic_layer_norm"),
+    ("flow", "num_steps"): ("flow", "denoising_steps"),
+    ("flow_ppo", "num_steps"): ("flow_ppo", "rollout_chunks"),
+    ("", "execute_steps"): ("flow", "execute_steps"),
+    ("", "save_replay"): ("sac", "save_replay"),
+}
+
+
+def upgrade_config(train: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 run config (written before the algorithm registry) in today's layout: renamed fields moved, the
+    sections of other algorithms dropped."""
+    if train.get("config_version", 1) >= CONFIG_VERSION:
+        return train
+    train = {k: (dict(v) if isinstance(v, dict) else v) for k, v in train.items()}
+    for (section, name), (new_section, new_name) in _RENAMED_V1.items():
+        source = train.get(section) if section else train
+        if isinstance(source, dict) and name in source:
+            value = source.pop(name)
+            train.setdefault(new_section, {})[new_name] = value
+    train["config_version"] = CONFIG_VERSION
+    return train
+
+
+def build_dataclass(cls: type, values: dict[str, Any], strict: bool) -> Any:
+    """A dataclass from JSON values: nested sections built recursively, lists back to tuples, unknown keys dropped
+    (version-1 configs carry every algorithm's section) unless ``strict``."""
+    kwargs: dict[str, Any] = {}
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(known))
+    if unknown and strict:
+        raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
+    for name, f in known.items():
+        if name not in values:
+            continue
+        value = values[name]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(default) and isinstance(value, dict):
+            kwargs[name] = build_dataclass(type(default), value, strict)
+        else:
+            kwargs[name] = tuple(value) if isinstance(value, list) else value
+    return cls(**kwargs)
+
+
+def saved_train(saved: dict[str, Any]) -> dict[str, Any]:
+    """The run config of a checkpoint's config.json contents, as today's JSON layout."""
+    return upgrade_config(saved["train"])
+
+
+def load_section(saved: dict[str, Any], name: str, cls: type) -> Any:
+    """One section of a saved run config (``flow``, ``cal_ql``, ...) as ``cls``, without building the whole run
+    config: what an algorithm's ``prepare`` reads from an ``--init`` checkpoint."""
+    train = saved_train(saved)
+    if name not in train:
+        raise ValueError(f"the checkpoint's run config has no {name!r} section (algo={train.get('algo')!r})")
+    return build_dataclass(cls, train[name], strict=False)
