@@ -219,10 +219,16 @@ def test_cli_trains_from_the_pretrained_directory_and_reloads_identical_actions(
     assert any("vision" in n for n in changed) == (variant != "smolvla"), changed
     reloaded = build_policy(meta, config_from_checkpoint(meta))
     reloaded.load_state_dict(weights)
-    assert all(torch.equal(p, weights[n]) for n, p in reloaded.state_dict().items())
     _, obs, _ = lift
     with torch.no_grad():
         assert torch.equal(reloaded.sample_actions(obs), reloaded.sample_actions(obs))
+    # the rebuilt checkpoint acts as the fine-tuned VLA did in the run's final evaluation (`rlrobot eval`'s defaults:
+    # the run's seed, episodes and envs)
+    summary = json.loads((out / "summary.json").read_text())
+    main(["eval", "--checkpoint", str(out), "--no-video", "--out", str(tmp_path / "ev0")])
+    again = json.loads((tmp_path / "ev0" / "eval.json").read_text())
+    assert (again["episodes"], again["return_mean"], again["success_rate"]) == \
+        (2, summary["eval"]["return_mean"], summary["eval"]["success_rate"])
     if variant == "pi0":  # `rlrobot serve`'s policy runtime and `rlrobot eval` rebuild it from the run directory
         from rlrobot.real_robot.policy_runtime import LoadedPolicy
 
