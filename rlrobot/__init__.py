@@ -9,7 +9,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; must be set bef
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __all__ = ["VecEnv", "make"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str):
