@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from rlrobot.algorithms.registry import algorithm_names, algorithm_spec
 from rlrobot.config import TrainConfig, config_class, config_from_dict, train_config
@@ -81,8 +82,9 @@ def _smoke_config(algo: str, tmp_path, demos) -> TrainConfig:
         cfg.init, cfg.flow_ppo.rollout_chunks, cfg.flow_ppo.num_minibatches = "none", 2, 2
     elif algo == "flow-nft":
         cfg.init, cfg.flow_nft.rollout_chunks, cfg.flow_nft.num_minibatches = "none", 2, 2
-    elif algo == "flow-srpo":  # whole 20-step episodes: 5 chunks of 4 actions, groups of 2 envs
+    elif algo == "flow-srpo":  # whole 20-step episodes: 5 chunks of 4 actions, groups of 2 envs, every group kept
         cfg.init, cfg.flow_srpo.rollout_chunks, cfg.flow_srpo.num_minibatches, cfg.flow_srpo.group_size = "none", 5, 2, 2
+        cfg.flow_srpo.low, cfg.flow_srpo.high = 0.0, 1.0
     elif algo == "prm":  # the process reward model: a few updates on the demos, evaluated on them (issue 20)
         cfg.dataset, cfg.num_envs = str(demos), 1
         cfg.prm = dataclasses.replace(cfg.prm, num_updates=4, updates_per_iteration=2, batch_size=16, eval_dataset=str(demos))
@@ -117,8 +119,11 @@ def test_every_registered_algorithm_validates_trains_and_round_trips(algo, tmp_p
 
     cfg = _smoke_config(algo, tmp_path, demos)
     cfg.validate()
-    summary = make_runner(cfg).learn()
-    assert summary["eval"]["episodes"] == 2
+    runner = make_runner(cfg)
+    before = {k: v.clone() for k, v in runner.policy.state_dict().items()}
+    summary = runner.learn()
+    assert summary["eval"]["episodes"] == 2 and runner.iteration == 2
+    assert any(not torch.equal(before[k], v) for k, v in runner.policy.state_dict().items())  # it trained
     saved = json.loads((tmp_path / algo / "config.json").read_text())
     assert saved["policy_kind"] == algorithm_spec(algo).policy_kind
     assert saved["train"]["config_version"] == 2
