@@ -242,10 +242,11 @@ MAPPED = {"tasks": "tasks", "policies": "policies", "real_robot": "real_robot", 
 """the top-level folders that install as rlrobot.<name> (pyproject's package-dir)"""
 
 
-def on_config(config):
+def api_tree() -> None:
     """The API pages read the source statically (mkdocstrings / griffe). The folders that install under the rlrobot
     namespace live at the top of the repository, so build a tree of links that has them where Python sees them:
-    build/api-src/rlrobot/{<rlrobot's own files>, tasks, policies, real_robot, configs}."""
+    build/api-src/rlrobot/{<rlrobot's own files>, tasks, policies, real_robot, configs}. Built when MkDocs loads this
+    hook, before mkdocstrings looks up its search paths (it keeps only paths that exist then)."""
     import shutil
 
     tree = ROOT / "build" / "api-src" / "rlrobot"
@@ -258,7 +259,9 @@ def on_config(config):
             (tree / child.name).symlink_to(child)
     for name, folder in MAPPED.items():
         (tree / name).symlink_to(ROOT / folder)
-    return config
+
+
+api_tree()
 
 
 def on_files(files, config):
