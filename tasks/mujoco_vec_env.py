@@ -50,6 +50,7 @@ class MujocoVecEnv:
     randomized_bodies: tuple[str, ...] = ()
     contact_sensors: tuple[str, ...] = ()  # MJCF contact sensors (data="found") the task reads, e.g. jaw-cube
     reward_modes: tuple[str, ...] = REWARD_MODES  # a task with its own shaped reward adds a mode (so101-lift: staged)
+    obs_modes: tuple[str, ...] = OBS_MODES  # the SO-101 tasks add the LeRobot profile (tasks/profile.py)
 
     def __init__(
         self,
@@ -70,8 +71,8 @@ class MujocoVecEnv:
     ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if obs_mode not in OBS_MODES:
-            raise ValueError(f"obs_mode={obs_mode!r} is not one of {OBS_MODES}")
+        if obs_mode not in self.obs_modes:
+            raise ValueError(f"obs_mode={obs_mode!r} is not one of {self.obs_modes}")
         if reward_mode not in self.reward_modes:
             raise ValueError(f"reward_mode={reward_mode!r} is not one of {self.reward_modes}")
         self.num_envs = num_envs
@@ -84,7 +85,7 @@ class MujocoVecEnv:
         self.camera_jitter = camera_jitter
         self.render_size = render_size
 
-        self.model = mujoco.MjModel.from_xml_path(self.xml_path)
+        self.model = self._load_model()
         for cam in cameras:
             if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, cam) < 0:
                 raise ValueError(f"camera {cam!r} is not in the model; available: {self._camera_names()}")
@@ -102,6 +103,8 @@ class MujocoVecEnv:
         self._jac_site_id = m.site(self.jacobian_site).id if self.jacobian_site else -1
         # Preallocated gather buffers, written by the worker threads.
         self.ctrl = np.zeros((num_envs, m.nu))
+        self.applied_ctrl = self.ctrl
+        """the targets the simulation applies this step: ``ctrl`` itself, or older targets (a task's actuation latency)"""
         self.qpos = np.zeros((num_envs, m.nq))
         self.qvel = np.zeros((num_envs, m.nv))
         self.site_pos = np.zeros((num_envs, len(self._site_ids), 3))
@@ -127,9 +130,14 @@ class MujocoVecEnv:
         self._renderer: mujoco.Renderer | None = None
         self._video_renderer: mujoco.Renderer | None = None
         self._images: np.ndarray | None = None
+        self.camera_pipeline = None
+        """a task's setup-file cameras (tasks/randomization.py CameraPipeline), rendered instead of the model's cameras"""
+        self._raw_frames: list[np.ndarray] | None = None
         self._thread_local = threading.local()  # each pool thread's own renderer for the observation images
         self._worker_renderers = 0
         self.np_random = np.random.default_rng(seed)
+        self.image_rng = np.random.default_rng(None if seed is None else [seed, 1])
+        """the frame-level noise of the setup cameras, drawn per step (its own stream: the task's draws stay as they were)"""
         self._seed = seed
 
         self.single_action_space = gymnasium.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
@@ -165,6 +173,15 @@ class MujocoVecEnv:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- model bank
+    def _load_model(self) -> mujoco.MjModel:
+        """A fresh copy of the task's model (the base model and each copy of the randomisation bank)."""
+        model = mujoco.MjModel.from_xml_path(self.xml_path)
+        self._configure_model(model)
+        return model
+
+    def _configure_model(self, model: mujoco.MjModel) -> None:
+        """Changes every copy of the model gets (a task's setup: control rate, table placement)."""
+
     def _camera_names(self) -> list[str]:
         return [self.model.camera(i).name for i in range(self.model.ncam)]
 
@@ -175,7 +192,7 @@ class MujocoVecEnv:
             return
         rng = np.random.default_rng(12345)  # the bank is part of the task definition, not of the run's seed
         for _ in range(cfg.bank_size - 1):
-            m = mujoco.MjModel.from_xml_path(self.xml_path)
+            m = self._load_model()
             for g in self.randomized_geoms:
                 m.geom(g).friction[0] *= rng.uniform(*cfg.friction_scale)
             for b in self.randomized_bodies:
@@ -245,13 +262,17 @@ class MujocoVecEnv:
 
     def _step_one(self, i: int) -> None:
         m, d = self.models[self.model_index[i]], self.datas[i]
-        self._views["ctrl"][i][:] = self.ctrl[i]
+        self._views["ctrl"][i][:] = self.applied_ctrl[i]
         mujoco.mj_step(m, d, self.frame_skip)
         self._kinematics(i)
 
     def _limit_ctrl(self, ctrl: np.ndarray) -> np.ndarray:
         """The actuator targets that reach the simulation for the wanted ``ctrl`` (a task may limit their rate)."""
         return ctrl
+
+    def _before_physics(self) -> None:
+        """After the step's ``ctrl`` is set, before the physics runs (a task's actuation latency sets
+        ``applied_ctrl``)."""
 
     def _check_divergence(self) -> None:
         """MuJoCo resets an MjData whose simulation diverged; end that episode rather than hide it."""
@@ -281,6 +302,7 @@ class MujocoVecEnv:
     def reset(self, seed: int | None = None) -> tuple[Obs, dict[str, Any]]:
         if seed is not None:
             self.np_random = np.random.default_rng(seed)
+            self.image_rng = np.random.default_rng([seed, 1])
             self._seed = seed
         ids = np.arange(self.num_envs)
         self._reset_ids(ids)
@@ -293,7 +315,9 @@ class MujocoVecEnv:
             mujoco.mj_resetData(self.model, self.datas[i])
         if len(self.models) > 1 and cfg.enabled:
             self.model_index[ids] = self.np_random.integers(0, len(self.models), size=len(ids))
-        if self.camera_jitter > 0:
+        if self.camera_pipeline is not None:
+            self.camera_pipeline.draw(ids, self.np_random)
+        elif self.camera_jitter > 0:
             self.camera_offsets[ids] = self.np_random.uniform(
                 -self.camera_jitter, self.camera_jitter, size=(len(ids), len(self.cameras), 3)
             )
@@ -310,6 +334,7 @@ class MujocoVecEnv:
         action = check_action(action, self.num_envs, self.action_dim, self.device)
         act = action.detach().to("cpu", torch.float64).numpy().clip(-1.0, 1.0)
         self.ctrl[:] = self._limit_ctrl(self._actions_to_ctrl(act))
+        self._before_physics()
         self._physics_step()
         self._gather_all()
         self._check_divergence()
@@ -376,9 +401,44 @@ class MujocoVecEnv:
     def _render_in_worker(self, i: int) -> None:
         r = getattr(self._thread_local, "renderer", None)
         if r is None:
-            r = self._thread_local.renderer = mujoco.Renderer(self.model, self.image_size, self.image_size)
+            r = self._thread_local.renderer = self._make_renderer()
             self._worker_renderers += 1
         self._render_env(r, i)
+
+    def _make_renderer(self):
+        if self.camera_pipeline is not None:
+            return self.camera_pipeline.make_renderer(self.model)
+        return mujoco.Renderer(self.model, self.image_size, self.image_size)
+
+    def render_setup_cameras(self, ids: np.ndarray | None = None) -> np.ndarray:
+        """[N, C, S, S, 3] frames of the setup's cameras (``camera_pipeline``) of envs ``ids`` (default all): each env
+        drawn with its own model copy and its episode's randomisation, in the worker threads, then ``prepare_frames``
+        and the frame-level randomisation."""
+        pipe = self.camera_pipeline
+        if self._raw_frames is None:
+            self._raw_frames = [np.zeros((self.num_envs, h, w, 3), np.uint8) for h, w in pipe.render_shapes]
+        ids = np.arange(self.num_envs) if ids is None else np.asarray(ids)
+        if self._pool is None or len(ids) == 1:
+            if self._renderer is None:
+                self._renderer = self._make_renderer()
+            for i in ids:
+                self._render_pipeline_env(self._renderer, int(i))
+        else:
+            chunks = [c for c in np.array_split(ids, self.num_threads) if len(c)]
+            for f in [self._pool.submit(self._render_pipeline_chunk, c) for c in chunks]:
+                f.result()
+        return self.camera_pipeline.finish(self._raw_frames, self.image_rng, ids)
+
+    def _render_pipeline_chunk(self, ids: np.ndarray) -> None:
+        r = getattr(self._thread_local, "renderer", None)
+        if r is None:
+            r = self._thread_local.renderer = self._make_renderer()
+            self._worker_renderers += 1
+        for i in ids:
+            self._render_pipeline_env(r, int(i))
+
+    def _render_pipeline_env(self, r, i: int) -> None:
+        self.camera_pipeline.render_env(r, i, self.models[self.model_index[i]], self.datas[i], self._raw_frames)
 
     def _render_env(self, r: mujoco.Renderer, i: int) -> None:
         for c, cam in enumerate(self.cameras):
@@ -432,7 +492,11 @@ class MujocoVecEnv:
             "camera_offsets": self.camera_offsets.copy(),
             **{f"task_{k}": v.copy() for k, v in self._task_state().items()},
         }
-        return {"arrays": arrays, "rng": self.np_random.bit_generator.state}
+        state = {"arrays": arrays, "rng": self.np_random.bit_generator.state}
+        if self.camera_pipeline is not None:
+            arrays.update({f"visual_{k}": v for k, v in self.camera_pipeline.get_state().items()})
+            state["image_rng"] = self.image_rng.bit_generator.state
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         arrays = state["arrays"]
@@ -452,6 +516,9 @@ class MujocoVecEnv:
         self.camera_offsets[:] = arrays["camera_offsets"]
         self._set_task_state({k[5:]: v for k, v in arrays.items() if k.startswith("task_")})
         self.np_random.bit_generator.state = state["rng"]
+        if self.camera_pipeline is not None and "image_rng" in state:
+            self.camera_pipeline.set_state({k[7:]: v for k, v in arrays.items() if k.startswith("visual_")})
+            self.image_rng.bit_generator.state = state["image_rng"]
         self._needs_reset = False
 
     def _task_state(self) -> dict[str, np.ndarray]:

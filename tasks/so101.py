@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gymnasium
 import numpy as np
 import torch
 
@@ -16,9 +17,13 @@ from rlrobot.envs.registry import TaskSpec, register_task
 from rlrobot.real_robot.safety import STS3215_MAX_ACCELERATION, STS3215_MAX_VELOCITY, step_window
 
 from .mujoco_vec_env import OBS_MODES, REWARD_MODES, MujocoVecEnv
+from .profile import PRIVILEGED_KEY, PROFILE_OBS_MODE, ProfileUnits, image_key
+from .setup import Setup, load_setup
 
 ASSETS = Path(__file__).parent / "assets"
 CONTROL_MODES = ("joint_pos", "joint_delta", "ee_delta")
+SO101_OBS_MODES = (*OBS_MODES, PROFILE_OBS_MODE)
+"""state | rgb | state+rgb | lerobot (the LeRobot SO-101 profile, tasks/profile.py)"""
 JOINT_NAMES = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 JOINT_LOW = np.array([-1.91986, -1.74533, -1.69, -1.65806, -2.74385, -0.174533])
 JOINT_HIGH = np.array([1.91986, 1.74533, 1.69, 1.65806, 2.84121, 1.74533])
@@ -39,6 +44,29 @@ IK_DAMPING = 0.03
 # on the TCP alone is not enough: the closed jaws reach 8 mm lower than the open ones.
 JAW_TIP_FLOOR = 0.004
 IK_POINTING_WEIGHT = 0.1  # metres of TCP error that weigh like one radian of pointing error
+
+
+MODEL_TIMESTEP = 0.004  # s: the MJCF's; a setup's control rate keeps the physics step within a few percent of it
+START_NOISE = 0.05  # rad: each episode's start pose is HOME_QPOS + U(-START_NOISE, START_NOISE) (the gripper exact)
+
+
+def profile_units(use_degrees: bool = True) -> ProfileUnits:
+    """The LeRobot SO-101 units of this arm model (its joint ranges as the calibrated ranges)."""
+    return ProfileUnits(tuple(JOINT_LOW), tuple(JOINT_HIGH), use_degrees)
+
+
+def start_pose_box() -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) joint positions (rad) of the episodes' start poses: what a policy was trained to start from."""
+    noise = np.full(6, START_NOISE)
+    noise[5] = 0.0
+    return HOME_QPOS - noise, HOME_QPOS + noise
+
+
+def control_timing(rate_hz: float) -> tuple[int, float]:
+    """(frame_skip, physics timestep) of a control rate: the whole number of physics steps per control step that
+    keeps the timestep nearest the model's 4 ms (30 Hz: 8 steps of 4.17 ms; 25 Hz: 10 of 4 ms)."""
+    frame_skip = max(1, round(1.0 / (rate_hz * MODEL_TIMESTEP)))
+    return frame_skip, 1.0 / (rate_hz * frame_skip)
 
 
 def _normalize_joint(q: np.ndarray) -> np.ndarray:
@@ -82,21 +110,30 @@ class SO101Env(MujocoVecEnv):
     randomized_geoms = ("cube",)
     randomized_bodies = ("cube",)
     contact_sensors = ("fixed_jaw_cube", "moving_jaw_cube")
+    sized_geoms: tuple[str, ...] = ("cube",)
+    """geoms whose size a setup's physics.object_size scales (and that are placed on the table by their size)"""
+    marker_geoms: tuple[str, ...] = ("target",)
     task_name = "so101"
     default_max_episode_steps = 100
+    obs_modes = SO101_OBS_MODES
 
     def __init__(self, num_envs: int, *, control_mode: str = "ee_delta", max_episode_steps: int | None = None,
                  contact_solref: float | None = None, jaw_solref: float | None = None,
-                 jaw_tip_floor: float | None = JAW_TIP_FLOOR, servo_limits: bool = False, **kw):
-        """``contact_solref`` / ``jaw_solref`` / ``jaw_tip_floor``: contact studies (``rlrobot results``); the
-        defaults are the task as published. ``contact_solref``: the time constant of every collision geom (None: the
-        MJCF's 0.03; the scene had 0.005 before the contact fix). ``jaw_solref``: the jaws' own time constant, mixed in
-        with a dominant ``solmix`` so that it sets the jaw/cube (and jaw/table) contacts while cube/table keeps
-        ``contact_solref``. ``jaw_tip_floor``: the Cartesian floor of ``ee_delta`` moves in metres above the table
-        (None: no floor, as before 2026-12-03). ``servo_limits``: hold the joint targets to the velocity and
-        acceleration limits of the SO-101's STS3215 servos, through the deploy safety supervisor's own window (its
-        defaults), so a policy trained with it is not clamped by the supervisor on the arm (without it the IK may move a
-        joint 0.2 rad per step, over twice the servo's speed)."""
+                 jaw_tip_floor: float | None = JAW_TIP_FLOOR, servo_limits: bool = False,
+                 setup: str | Setup | dict | None = None, **kw):
+        """``contact_solref`` / ``jaw_solref`` / ``jaw_tip_floor``: contact studies (``rlrobot results``); the defaults
+        are the task as published. ``setup``: a setup file (path, inline JSON or ``Setup``; ``tasks/setup.py``): its
+        control rate, table placement, spawn regions and physics randomisation apply in every obs mode; its cameras and
+        visual randomisation make the images of ``obs_mode="lerobot"`` (the LeRobot SO-101 profile,
+        ``tasks/profile.py``), which uses the shipped default setup when none is given and always keeps the servo limits
+        on (the real arm's supervisor holds the commands to them). ``contact_solref``: the time constant of every
+        collision geom (None: the MJCF's 0.03; the scene had 0.005 before the contact fix). ``jaw_solref``: the jaws'
+        own time constant, mixed in with a dominant ``solmix`` so that it sets the jaw/cube (and jaw/table) contacts
+        while cube/table keeps ``contact_solref``. ``jaw_tip_floor``: the Cartesian floor of ``ee_delta`` moves in
+        metres above the table (None: no floor, as before 2026-12-03). ``servo_limits``: hold the joint targets to the
+        velocity and acceleration limits of the SO-101's STS3215 servos, through the deploy safety supervisor's own
+        window (its defaults), so a policy trained with it is not clamped by the supervisor on the arm (without it the
+        IK may move a joint 0.2 rad per step, over twice the servo's speed)."""
         if control_mode not in CONTROL_MODES:
             raise ValueError(f"control_mode={control_mode!r} is not one of {CONTROL_MODES}")
         for name, value in (("contact_solref", contact_solref), ("jaw_solref", jaw_solref)):
@@ -105,6 +142,15 @@ class SO101Env(MujocoVecEnv):
         if jaw_tip_floor is not None and not jaw_tip_floor >= 0:
             raise ValueError(f"jaw_tip_floor must be >= 0 metres or None (no floor), got {jaw_tip_floor}")
         self.contact_solref, self.jaw_solref, self.jaw_tip_floor = contact_solref, jaw_solref, jaw_tip_floor
+        obs_mode = kw.get("obs_mode", "state")
+        self.profile = obs_mode == PROFILE_OBS_MODE
+        self.setup: Setup | None = load_setup(setup) if (setup not in (None, "") or self.profile) else None
+        if self.setup is not None:
+            kw["frame_skip"], self._timestep = control_timing(self.setup.control_rate_hz)
+            self.units = profile_units(self.setup.use_degrees)
+        else:
+            self.units = profile_units()
+        servo_limits = servo_limits or self.profile
         self.servo_limits = servo_limits
         self._prev_ctrl = np.zeros((num_envs, 6))  # the targets before the current ones (the acceleration limit's)
         self.control_mode = control_mode
@@ -113,11 +159,50 @@ class SO101Env(MujocoVecEnv):
         self.cube_start = np.zeros((num_envs, 3))
         self._expert_phase = np.zeros(num_envs, dtype=np.int64)
         self._expert_timer = np.zeros(num_envs, dtype=np.int64)
+        self._ticks = 0  # control steps taken (the profile's observation delay shifts its history once a step)
+        self._fresh = np.zeros(num_envs, bool)  # envs reset since the last observation
+        self.actuation_latency = np.zeros(num_envs, np.int64)
+        self.observation_delay = np.zeros(num_envs, np.int64)
         super().__init__(num_envs, max_episode_steps=max_episode_steps or self.default_max_episode_steps, **kw)
         self._mocap_id = self.model.body("target").mocapid[0]
+        self._sized_geom_ids = tuple(self.model.geom(g).id for g in self.sized_geoms)
+        if self.setup is not None:
+            self._init_setup()
+
+    def _configure_model(self, model) -> None:
+        """The setup's control rate (physics timestep) and table placement on every copy of the model."""
+        if self.setup is None:
+            return
+        model.opt.timestep = self._timestep
+        base = self.setup.robot
+        yaw = np.radians(base.base_yaw_deg)
+        # the table in the robot base frame: p_world = R(yaw)^T (p_table - base_on_table)
+        rot = np.array([[np.cos(yaw), np.sin(yaw)], [-np.sin(yaw), np.cos(yaw)]])
+        table = model.geom("table").id
+        model.geom_pos[table, :2] = rot @ -np.asarray(base.base_on_table)
+        model.geom_quat[table] = (np.cos(-yaw / 2), 0.0, 0.0, np.sin(-yaw / 2))
+        model.geom_size[table, :2] = np.asarray(self.setup.table.size) / 2
+        model.geom_rbound[table] = float(np.linalg.norm(model.geom_size[table]))
+        model.geom_aabb[table, 3:] = model.geom_size[table]
 
     def _build_model_bank(self) -> None:
-        super()._build_model_bank()
+        if self.setup is None:
+            super()._build_model_bank()
+        else:  # the setup's ranges, drawn once: the bank is part of the task definition, not of the run's seed
+            from .randomization import randomize_physics
+
+            ranges = self.setup.randomization.physics
+            rng = np.random.default_rng(12345)
+            m = self.model
+            objects = tuple(m.geom(g).id for g in self.randomized_geoms)
+            bodies = tuple(m.body(b).id for b in self.randomized_bodies)
+            sized = tuple(m.geom(g).id for g in self.sized_geoms)
+            arm = tuple(int(m.joint(j).dofadr[0]) for j in JOINT_NAMES)
+            self.models = [self.model]
+            for _ in range(ranges.bank_size - 1):
+                copy = self._load_model()
+                randomize_physics(copy, rng, ranges, objects, bodies, sized, arm)
+                self.models.append(copy)
         for m in self.models:  # contact-study options; untouched (the MJCF's values) by default
             collide = np.flatnonzero(m.geom_contype > 0)
             if self.contact_solref is not None:
@@ -126,6 +211,77 @@ class SO101Env(MujocoVecEnv):
                 for jaw in ("fixed_jaw", "moving_jaw"):
                     m.geom(jaw).solref[0] = self.jaw_solref
                     m.geom(jaw).solmix[0] = 1e4  # mixing weight vs the cube's 1: the jaw's time constant wins
+
+    # ------------------------------------------------------------ the setup and the LeRobot profile
+    def _init_setup(self) -> None:
+        """Latency and delay buffers, the profile's cameras and its observation space."""
+        physics = self.setup.randomization.physics
+        n = self.num_envs
+        self._max_latency = int(physics.actuation_latency_steps[1])
+        self._max_delay = int(physics.observation_delay_steps[1])
+        if self._max_latency:
+            self._ctrl_history = np.repeat(self.ctrl[:, None, :], self._max_latency + 1, axis=1)
+            self.applied_ctrl = self.ctrl.copy()
+        if not self.profile:
+            return
+        from .randomization import CameraPipeline, scene_parts
+
+        self.camera_pipeline = CameraPipeline(self.setup, self.model, scene_parts(self.model, self.randomized_geoms), n)
+        self.profile_cameras = self.setup.camera_names
+        size = self.setup.image_size
+        spaces = {"state": gymnasium.spaces.Box(-np.inf, np.inf, (len(JOINT_NAMES),), np.float32)}
+        for cam in self.profile_cameras:
+            spaces[image_key(cam)] = gymnasium.spaces.Box(0, 255, (3, size, size), np.uint8)
+        spaces[PRIVILEGED_KEY] = gymnasium.spaces.Box(-np.inf, np.inf, (self.state_dim,), np.float32)
+        self.single_observation_space = gymnasium.spaces.Dict(spaces)
+        self._frames = np.zeros((n, len(self.profile_cameras), size, size, 3), np.uint8)
+        self._state_history = np.zeros((n, self._max_delay + 1, len(JOINT_NAMES)))
+        self._frame_history = np.zeros((n, self._max_delay + 1, *self._frames.shape[1:]), np.uint8)
+        self._observed_tick = -1
+
+    def _before_physics(self) -> None:
+        self._ticks += 1
+        if self.setup is not None and self._max_latency:  # commands reach the servos actuation_latency steps late
+            self._ctrl_history[:, 1:] = self._ctrl_history[:, :-1]
+            self._ctrl_history[:, 0] = self.ctrl
+            self.applied_ctrl[:] = self._ctrl_history[np.arange(self.num_envs), self.actuation_latency]
+
+    def _observe(self):
+        if not self.profile:
+            return super()._observe()
+        return self._profile_observation()
+
+    def _profile_observation(self) -> dict[str, torch.Tensor]:
+        """``state`` (the six readings in LeRobot's units, with the setup's reading noise), ``image_<camera>`` (the
+        setup's cameras through the randomisation, greenscreen and ``prepare_frames``), both as old as each env's
+        observation delay, and ``privileged_state`` (the task's full state, for critics and teachers)."""
+        fresh = self._fresh.copy()
+        new_tick = self._observed_tick != self._ticks
+        # a second observation in one step (after an autoreset) renders only the envs that were reset
+        ids = np.arange(self.num_envs) if new_tick else np.flatnonzero(fresh)
+        if len(ids):
+            self._frames[ids] = self.render_setup_cameras(ids)
+        state = self.units.to_profile(self.qpos[:, :6])
+        noise = self.setup.randomization.joint_noise_deg
+        if noise:
+            state = state + self.image_rng.normal(0.0, noise, state.shape)
+        if new_tick:
+            self._state_history[:, 1:] = self._state_history[:, :-1]
+            self._frame_history[:, 1:] = self._frame_history[:, :-1]
+            self._state_history[:, 0], self._frame_history[:, 0] = state, self._frames
+        self._state_history[fresh] = state[fresh, None]
+        self._frame_history[fresh] = self._frames[fresh, None]
+        self._observed_tick = self._ticks
+        self._fresh[:] = False
+        rows = np.arange(self.num_envs)
+        delayed_state = self._state_history[rows, self.observation_delay]
+        delayed_frames = self._frame_history[rows, self.observation_delay]
+        t = self._to_tensor
+        obs = {"state": t(delayed_state.astype(np.float32))}
+        for c, cam in enumerate(self.profile_cameras):
+            obs[image_key(cam)] = t(delayed_frames[:, c]).permute(0, 3, 1, 2)
+        obs[PRIVILEGED_KEY] = t(self._state_obs().astype(np.float32))
+        return obs
 
     # ------------------------------------------------------------ views of the gathered buffers
     @property
@@ -242,7 +398,7 @@ class SO101Env(MujocoVecEnv):
 
     # ------------------------------------------------------------ resets
     def _reset_arm(self, ids: np.ndarray) -> None:
-        noise = self.np_random.uniform(-0.05, 0.05, size=(len(ids), 6))
+        noise = self.np_random.uniform(-START_NOISE, START_NOISE, size=(len(ids), 6))
         noise[:, 5] = 0.0
         for k, i in enumerate(ids):
             d = self.datas[i]
@@ -251,15 +407,31 @@ class SO101Env(MujocoVecEnv):
             d.ctrl[:] = q
             self.ctrl[i] = q
             self._prev_ctrl[i] = q  # at rest
+            if self.setup is not None and self._max_latency:
+                self._ctrl_history[i] = q
+                self.applied_ctrl[i] = q
+
+    def object_half_height(self, i: int) -> float:
+        """Half the height of env i's cube in its episode's model copy (a setup may scale its size)."""
+        if not self._sized_geom_ids:
+            return CUBE_HALF
+        return float(self.models[self.model_index[i]].geom_size[self._sized_geom_ids[0], 2])
 
     def _place_cube(self, ids: np.ndarray, radius: tuple[float, float], angle: tuple[float, float]) -> None:
+        """The cube on the table: in the sector (radius, angle) of the task, or in the setup's spawn box."""
         n = len(ids)
-        r = self.np_random.uniform(*radius, size=n)
-        a = self.np_random.uniform(*angle, size=n)
-        yaw = self.np_random.uniform(-np.pi / 4, np.pi / 4, size=n)
+        region = self.setup.spawn.cube if self.setup is not None else None
+        if region is None:
+            r = self.np_random.uniform(*radius, size=n)
+            a = self.np_random.uniform(*angle, size=n)
+            yaw = self.np_random.uniform(-np.pi / 4, np.pi / 4, size=n)
+            xy = np.stack([r * np.cos(a), r * np.sin(a)], 1)
+        else:
+            xy = np.asarray(region.center) + self.np_random.uniform(-1.0, 1.0, (n, 2)) * np.asarray(region.half_size)
+            yaw = np.radians(self.np_random.uniform(*region.yaw_deg, size=n))
         for k, i in enumerate(ids):
             d = self.datas[i]
-            d.qpos[6:9] = (r[k] * np.cos(a[k]), r[k] * np.sin(a[k]), CUBE_HALF)
+            d.qpos[6:9] = (xy[k, 0], xy[k, 1], self.object_half_height(int(i)))
             d.qpos[9:13] = (np.cos(yaw[k] / 2), 0.0, 0.0, np.sin(yaw[k] / 2))
             self.cube_start[i] = d.qpos[6:9]
 
@@ -271,6 +443,13 @@ class SO101Env(MujocoVecEnv):
     def _reset_envs(self, ids: np.ndarray) -> None:
         self._expert_phase[ids] = 0
         self._expert_timer[ids] = 0
+        if self.setup is not None:  # drawn before the arm resets (it fills the latency history)
+            physics = self.setup.randomization.physics
+            from .randomization import latency_draws
+
+            self.actuation_latency[ids] = latency_draws(self.np_random, physics.actuation_latency_steps, len(ids))
+            self.observation_delay[ids] = latency_draws(self.np_random, physics.observation_delay_steps, len(ids))
+        self._fresh[ids] = True
         self._reset_arm(ids)
         self._reset_task(ids)
 
@@ -278,8 +457,13 @@ class SO101Env(MujocoVecEnv):
         raise NotImplementedError
 
     def _task_state(self) -> dict[str, np.ndarray]:
-        return {"target": self.target, "cube_start": self.cube_start, "expert_phase": self._expert_phase,
-                "expert_timer": self._expert_timer, "prev_ctrl": self._prev_ctrl}
+        state = {"target": self.target, "cube_start": self.cube_start, "expert_phase": self._expert_phase,
+                 "expert_timer": self._expert_timer, "prev_ctrl": self._prev_ctrl}
+        if self.setup is not None:
+            state.update(actuation_latency=self.actuation_latency, observation_delay=self.observation_delay)
+            if self._max_latency:
+                state.update(ctrl_history=self._ctrl_history, applied_ctrl=self.applied_ctrl)
+        return state
 
     def _set_task_state(self, state: dict[str, np.ndarray]) -> None:
         self.target[:] = state["target"]
@@ -287,6 +471,13 @@ class SO101Env(MujocoVecEnv):
         self._expert_phase[:] = state["expert_phase"]
         self._expert_timer[:] = state["expert_timer"]
         self._prev_ctrl[:] = state.get("prev_ctrl", self.ctrl)  # states saved before servo_limits: at rest
+        if "actuation_latency" in state:
+            self.actuation_latency[:] = state["actuation_latency"]
+            self.observation_delay[:] = state["observation_delay"]
+        if "ctrl_history" in state:
+            self._ctrl_history[:] = state["ctrl_history"]
+            self.applied_ctrl[:] = state["applied_ctrl"]
+        self._fresh[:] = True  # the profile's observation history restarts from the restored state
 
     def _cube_lost(self) -> np.ndarray:
         """The cube left the table (knocked off, or flung by a contact blow-up): the episode cannot go on."""
@@ -331,10 +522,15 @@ class SO101Reach(SO101Env):
 
     def _reset_task(self, ids: np.ndarray) -> None:
         n = len(ids)
-        r = self.np_random.uniform(0.12, 0.22, size=n)
-        a = self.np_random.uniform(-0.7, 0.7, size=n)
-        z = self.np_random.uniform(0.03, 0.12, size=n)
-        self._set_target(ids, np.stack([r * np.cos(a), r * np.sin(a), z], 1))
+        region = self.setup.spawn.target if self.setup is not None else None
+        if region is None:
+            r = self.np_random.uniform(0.12, 0.22, size=n)
+            a = self.np_random.uniform(-0.7, 0.7, size=n)
+            z = self.np_random.uniform(0.03, 0.12, size=n)
+            self._set_target(ids, np.stack([r * np.cos(a), r * np.sin(a), z], 1))
+        else:
+            box = np.asarray(region.center) + self.np_random.uniform(-1.0, 1.0, (n, 3)) * np.asarray(region.half_size)
+            self._set_target(ids, box)
         for i in ids:  # the cube stays out of the way
             self.datas[i].qpos[6:9] = (0.0, 0.3, CUBE_HALF)
 
@@ -532,4 +728,5 @@ class SO101Lift(SO101Env):
 
 TASKS: dict[str, type[SO101Env]] = {cls.task_name: cls for cls in (SO101Reach, SO101Push, SO101Lift)}
 for _cls in TASKS.values():
-    register_task(TaskSpec(_cls.task_name, _cls, OBS_MODES, _cls.reward_modes, CONTROL_MODES, _cls.default_max_episode_steps))
+    register_task(TaskSpec(_cls.task_name, _cls, SO101_OBS_MODES, _cls.reward_modes, CONTROL_MODES,
+                           _cls.default_max_episode_steps))

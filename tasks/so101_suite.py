@@ -34,13 +34,14 @@ import torch
 from rlrobot.envs.language import EMBEDDING_DIM, InstructionEmbeddings, Vocabulary
 from rlrobot.envs.registry import TaskSpec, register_task
 
-from .mujoco_vec_env import OBS_MODES, REWARD_MODES
+from .mujoco_vec_env import REWARD_MODES
 from .so101 import (
     ASSETS,
     CONTROL_MODES,
     CUBE_HALF,
     PUSH_GRIPPER_ACTION,
     PUSHER_HALF_WIDTH,
+    SO101_OBS_MODES,
     SO101Env,
     _wrap,
     push_contact_pose,
@@ -168,6 +169,7 @@ class SO101Suite(SO101Env):
     randomized_geoms = OBJECT_NAMES
     randomized_bodies = OBJECT_NAMES
     contact_sensors = tuple(f"{j}_jaw_{n}" for n in OBJECT_NAMES for j in ("fixed", "moving"))
+    sized_geoms = ()  # the layout places every object by CUBE_HALF
     families: tuple[str, ...] = FAMILIES
     family_names: tuple[str, ...] = FAMILIES  # what ``info["episode"]["family"]`` indexes (rlrobot eval's tables)
     default_max_episode_steps = 150
@@ -627,7 +629,8 @@ class SO101LongHorizon(SO101Suite):
 SUITE_TASKS: dict[str, type[SO101Suite]] = {
     cls.task_name: cls for cls in (SO101Suite, SO101PickPlace, SO101PushTo, SO101Stack, SO101LongHorizon)}
 for _cls in SUITE_TASKS.values():
-    register_task(TaskSpec(_cls.task_name, _cls, OBS_MODES, REWARD_MODES, CONTROL_MODES, _cls.default_max_episode_steps))
+    register_task(TaskSpec(_cls.task_name, _cls, SO101_OBS_MODES, REWARD_MODES, CONTROL_MODES,
+                           _cls.default_max_episode_steps))
 
 
 def write_embedding_table(path: Path = EMBEDDINGS_TABLE) -> None:
