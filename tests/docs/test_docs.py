@@ -171,15 +171,6 @@ def test_experiments_pages_are_dated_and_marked_as_history():
         assert f"({page.name})" in index, f"{page.name} is not listed in docs/experiments/index.md"
 
 
-def test_readme_is_short_and_links_the_guides():
-    text = README.read_text()
-    assert len(text.splitlines()) <= 300
-    for target in re.findall(r"\]\((docs/[^)#]+)", text):
-        assert (ROOT / target).is_file(), f"README links {target}, which does not exist"
-    for guide in ("flow-policies", "offline-rl", "real-robot", "vla", "warm-starts", "reward-models"):
-        assert f"(docs/guides/{guide}.md)" in text
-
-
 MODULE_PATH = re.compile(r"`((?:rlrobot|policies|tasks|real_robot|configs)/[A-Za-z0-9_./]*)`")
 DOTTED = re.compile(r"`(rlrobot(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
 
