@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import rlrobot
+from rlrobot.tasks.mujoco_vec_env import MujocoVecEnv
 
 
 def _maniskill_missing() -> str | None:
@@ -48,6 +49,7 @@ def _case_id(case) -> str:
 def env(request):
     task, opts = request.param
     e = rlrobot.make(task, 4, seed=0, max_episode_steps=7, **opts)
+    e.contract_case = (task, opts)  # to build a twin of it
     yield e
     e.close()
 
@@ -76,6 +78,8 @@ def test_same_step_autoreset_final_obs_and_episode_stats(env):
     for t in range(7):
         action = torch.rand(env.num_envs, env.single_action_space.shape[0], generator=gen) * 2 - 1
         prev = obs
+        if t == 6:
+            before_last = env.get_state() if isinstance(env, MujocoVecEnv) else None
         obs, reward, terminated, truncated, info = env.step(action)
         total += reward
         done = terminated | truncated
@@ -92,6 +96,13 @@ def test_same_step_autoreset_final_obs_and_episode_stats(env):
     # the returned obs is the new episode's first obs, final_obs the last obs of the finished one
     assert not torch.allclose(info["final_obs"]["state"], obs["state"])
     assert not torch.allclose(info["final_obs"]["state"], prev["state"])
+    if before_last is not None:  # MuJoCo tasks: a twin with a longer limit takes the same last step without a reset
+        task, opts = env.contract_case
+        twin = rlrobot.make(task, env.num_envs, seed=0, max_episode_steps=8, **opts)
+        twin.set_state(before_last)
+        twin_obs, *_, twin_info = twin.step(action)
+        twin.close()
+        assert "episode" not in twin_info and torch.equal(info["final_obs"]["state"], twin_obs["state"])
     # the next step starts counting a new episode
     obs, reward, *_ , info = env.step(torch.zeros(env.num_envs, env.single_action_space.shape[0]))
     assert "episode" not in info
