@@ -105,6 +105,7 @@ class DoneOnEnvZero:
     def progress(self, before, after, instruction):
         assert instruction.shape == (len(self.steps), 384)
         self.steps += 1
+        self.after = after["state"].clone()  # the frame it judges
         done = torch.zeros(len(self.steps))
         done[0] = float(self.steps[0] >= 3)
         return torch.full_like(done, 0.1), done
@@ -123,6 +124,7 @@ def test_prm_done_ends_episodes_and_reports_them():
             ep = info["episode"]
             assert ep["env_ids"].tolist() == [0] and ep["length"].tolist() == [3] and not terminated[1:].any()
             assert not torch.equal(info["final_obs"]["state"][0], obs["state"][0])  # env 0 restarted
+            assert torch.equal(info["final_obs"]["state"][0], stub.after[0])  # its final_obs: the frame judged done
             assert torch.equal(info["final_obs"]["state"][1:], obs["state"][1:])
             assert int(base.elapsed_steps[0]) == 0
             stub.steps[0] = 0
