@@ -5,6 +5,17 @@
     rlrobot deploy --robot lerobot --lerobot-port /dev/ttyACM0 --checkpoint runs/reach --target 0.18 0.05 0.08
     rlrobot deploy --robot twin --server wss://policy-host:8765 --tls-ca server-cert.pem --token $TOKEN
     rlrobot deploy --robot twin --checkpoint runs/reach --reward prm:runs/prm_reach --record data/twin_reach_prm
+    rlrobot deploy --robot twin --checkpoint runs/lift-lerobot --episodes 20          # the blind twin (profile policy)
+    rlrobot deploy --robot lerobot --checkpoint runs/lift-lerobot --setup station.json \
+        --lerobot-cameras front=0,wrist=/dev/video2 --step-confirm                    # a first real run
+
+A policy of the LeRobot profile (``--obs-mode lerobot``) runs on what the arm gives: its joints in LeRobot's units
+and its cameras' frames (``--setup``: the station's setup file, default the one the policy was trained with). On the
+twin it meets the *blind* twin, which gives exactly that and no task context, through the setup's randomisation and
+greenscreen. Before anything moves, deploy refuses in one line a policy whose actor reads what the robot does not
+provide (a camera it lacks, a privileged key, the simulator state on a real arm), and an arm that is far from the
+poses the policy was trained to start from (``--start-tolerance``). ``--step-confirm`` waits for Enter before each
+chunk while the arm holds (q + Enter stops and latches).
 
 Output: one line per episode as it ends, then a table of the episodes (steps, success, return where the robot knows
 it, holds, clamped steps, refused and late answers, how it ended) and a summary; ``--json-out FILE`` writes every
@@ -46,8 +57,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from rlrobot.domains import NonNegative, check_domains
+
 from .drivers import DRIVERS, make_robot
 from .executor import ChunkExecutor, ControlLoopFault, EpisodeResult, ExecutorConfig
+from .observation_check import actor_keys, is_profile_policy, observation_problem
 from .robot import check_control_rate
 from .safety import SafetyConfig, SafetySupervisor
 
@@ -76,10 +90,26 @@ class DeployArgs:
     twin_latency_steps: int = 0
     twin_obs_noise: float = 0.0
     cameras: bool = False
-    """(twin) also read and record the front and wrist cameras"""
-    control_rate_hz: float = 25.0
-    """(lerobot) the arm's control rate in Hz (1..200): the robot side owns it; a policy trained at another rate is
-    refused unless --executor.policy-rate resample (absolute joint targets). The twin runs at its task's rate"""
+    """(twin, policies of the simulator state) also read and record the model's front and wrist cameras"""
+    control_rate_hz: float | None = None
+    """(lerobot) the arm's control rate in Hz (1..200): the robot side owns it (default: the setup's rate for a
+    LeRobot-profile policy, else 25); a policy trained at another rate is refused unless --executor.policy-rate
+    resample (absolute joint targets). The twin runs at its task's rate"""
+    setup: str | None = None
+    """the station's setup file (cameras, crops, units, control rate; tasks/setup.py); default: the setup the policy
+    was trained with (kept in its checkpoint), else the shipped default"""
+    lerobot_cameras: str | None = None
+    """(lerobot) NAME=INDEX_OR_PATH,... of the follower's cameras, e.g. front=0,wrist=/dev/video2 (default: each setup
+    camera's device)"""
+    twin_frame_scale: float = 0.25
+    """(blind twin) its frames' size as a share of the setup cameras' resolution (1: full size, ~20x slower)"""
+    step_confirm: bool = False
+    """wait for Enter before executing each chunk (the arm holds meanwhile; q + Enter stops): a first real run"""
+    start_tolerance: NonNegative = 0.25
+    """rad: refuse to begin an episode when a joint is further than this outside the poses the policy was trained to
+    start from (the home pose +- 0.05 rad)"""
+    instruction: str | None = None
+    """(lerobot, language-suite policies) the instruction the operator gives (default: the task's first)"""
     lerobot_port: str = "/dev/ttyACM0"
     lerobot_id: str = "rlrobot_so101"
     target: tuple[float, float, float] | None = None
@@ -102,6 +132,7 @@ class DeployArgs:
     def validate(self) -> None:
         if self.robot not in DRIVERS:
             raise ValueError(f"robot={self.robot!r} is not one of {DRIVERS}")
+        check_domains(self)
         if (self.checkpoint is None) == (self.server is None):
             raise ValueError("give exactly one of --checkpoint (run the policy here) or --server ws://host:port")
         if self.server is not None and not self.server.startswith(("ws://", "wss://")):
@@ -112,7 +143,7 @@ class DeployArgs:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         if not (math.isfinite(self.timeout_s) and 0 < self.timeout_s <= 60):
             raise ValueError(f"timeout_s={self.timeout_s!r} must be a number in (0, 60]")
-        check_control_rate(self.control_rate_hz, "control_rate_hz")
+        self._validate_station()
         if self.twin_latency_steps < 0:
             raise ValueError(f"twin_latency_steps={self.twin_latency_steps} must be >= 0")
         if not (math.isfinite(self.twin_obs_noise) and self.twin_obs_noise >= 0):
@@ -132,6 +163,24 @@ class DeployArgs:
                 raise ValueError("tls_ca is for a wss:// --server (TLS)")
             if not Path(self.tls_ca).is_file():
                 raise ValueError(f"tls_ca={self.tls_ca!r} is not a readable file")
+
+
+    def _validate_station(self) -> None:
+        """The options of the station: rate, cameras, setup file, twin frames, operator input."""
+        if self.control_rate_hz is not None:
+            check_control_rate(self.control_rate_hz, "control_rate_hz")
+        if not (math.isfinite(self.twin_frame_scale) and 0 < self.twin_frame_scale <= 1):
+            raise ValueError(f"twin_frame_scale={self.twin_frame_scale!r} must be a number in (0, 1]")
+        if self.step_confirm and self.estop_key:
+            raise ValueError("step_confirm and estop_key both read stdin: use one (step_confirm's q + Enter stops)")
+        if self.lerobot_cameras is not None:
+            from .drivers.lerobot import parse_cameras
+
+            parse_cameras(self.lerobot_cameras)
+        if self.setup is not None:
+            from rlrobot.tasks.setup import load_setup
+
+            load_setup(self.setup)
 
 
 @contextlib.contextmanager
@@ -175,21 +224,58 @@ def _open_source(args: DeployArgs):
     return source, source.connect()  # a ServerConnectError (ConnectionError) says what to check
 
 
-def _make_deploy_robot(args: DeployArgs, task: str, metadata: dict[str, Any]):
+def deploy_setup(args: DeployArgs, source, metadata: dict[str, Any]):
+    """The station's setup of a LeRobot-profile policy: --setup, else the one in its checkpoint's run config, else
+    the shipped default; None for a policy of the simulator state."""
+    if not is_profile_policy(metadata):
+        return None
+    from rlrobot.tasks.setup import load_setup
+
+    if args.setup is not None:
+        return load_setup(args.setup)
+    cfg = getattr(source, "cfg", None)
+    return load_setup(getattr(cfg, "setup", "") or None)
+
+
+def lerobot_camera_specs(args: DeployArgs, setup, names: list[str]) -> dict[str, dict[str, Any]]:
+    """{camera: {device, width, height, fps}} to configure on the follower for the cameras ``names`` the policy reads."""
+    from .drivers.lerobot import parse_cameras
+
+    given = parse_cameras(args.lerobot_cameras)
+    specs = {}
+    for name in names:
+        cam = setup.cameras[name]
+        device = given.get(name, cam.device)
+        if device is None:
+            raise ValueError(f"camera {name!r} (the policy reads it) has no device: --lerobot-cameras {name}=INDEX_OR_PATH or "
+                             f"the setup's cameras.{name}.device")
+        specs[name] = {"device": device, "height": cam.resolution[0], "width": cam.resolution[1], "fps": cam.fps}
+    return specs
+
+
+def _make_deploy_robot(args: DeployArgs, task: str, metadata: dict[str, Any], setup=None, cameras: list[str] | None = None):
     if args.robot == "twin":
+        if setup is not None:  # the blind twin: what the real arm gives, through the setup's pipeline
+            return make_robot("twin", task=task, seed=args.seed, latency_steps=args.twin_latency_steps,
+                              obs_noise_std=args.twin_obs_noise, setup=setup, frame_scale=args.twin_frame_scale)
         return make_robot("twin", task=task, seed=args.seed, latency_steps=args.twin_latency_steps,
                           obs_noise_std=args.twin_obs_noise, cameras=args.cameras)
     context = {"target": args.target} if args.target is not None else {}
-    # the robot's own configured rate, never the policy's metadata (the executor refuses or resamples a mismatch)
+    # the robot's own configured rate (the station's setup for a profile policy), never the policy's metadata (the
+    # executor refuses or resamples a mismatch)
+    rate = args.control_rate_hz or (setup.control_rate_hz if setup is not None else 25.0)
+    options: dict[str, Any] = {}
+    if setup is not None:
+        options = {"use_degrees": setup.use_degrees, "cameras": lerobot_camera_specs(args, setup, cameras or [])}
     return make_robot("lerobot", port=args.lerobot_port, robot_id=args.lerobot_id, context=context,
-                      control_rate_hz=args.control_rate_hz)
+                      control_rate_hz=rate, **options)
 
 
-def _connect_robot(args: DeployArgs, task: str, metadata: dict[str, Any], bridge, source):
+def _connect_robot(args: DeployArgs, task: str, metadata: dict[str, Any], bridge, source, setup=None):
     """The connected robot; if that fails, bridge and policy source are closed and an OSError (a serial port that is
     missing or busy) becomes a ConnectionError that says what to check."""
     try:
-        robot = _make_deploy_robot(args, task, metadata)
+        robot = _make_deploy_robot(args, task, metadata, setup, getattr(bridge, "cameras", None))
         robot.connect()
         return robot
     except BaseException as e:
@@ -215,7 +301,7 @@ class PRMProgressLog:
     def __init__(self, path: str, bridge, recorder=None):
         from rlrobot.rewards.prm import load_progress_model
 
-        state_dim = int(bridge.shadow.single_observation_space["state"].shape[0])
+        state_dim = int(getattr(bridge, "state_dim", 0) or bridge.shadow.single_observation_space["state"].shape[0])
         # the robot side observes the state only: a PRM that reads images or another state is refused here
         self.model = load_progress_model(path, "cpu", observation_space={"state": [state_dim]})
         self.bridge, self.recorder = bridge, recorder
@@ -317,7 +403,12 @@ def _load_prm_log(args: DeployArgs, bridge, source) -> PRMProgressLog | None:
 def _make_recorder(args: DeployArgs, robot, bridge, prm_log: PRMProgressLog | None):
     """What the executor records through: the dataset recorder (--record), behind the PRM's scorer (--reward)."""
     recorder = None
-    if args.record:
+    if args.record and getattr(bridge, "setup", None) is not None:  # a profile policy: LeRobot's layout and units
+        from .profile_recorder import ProfileRecorder
+
+        recorder = ProfileRecorder(args.record, robot.control_rate_hz, bridge.units, bridge.setup.image_size, bridge.cameras,
+                                   bridge.action_dim, extra_features=REWARD_FEATURES if prm_log is not None else None)
+    elif args.record:
         from .recorder import EpisodeRecorder
 
         reading = robot.observe()
@@ -331,11 +422,135 @@ def _make_recorder(args: DeployArgs, robot, bridge, prm_log: PRMProgressLog | No
     return recorder
 
 
+def _open_bridge(args: DeployArgs, source, metadata: dict[str, Any]):
+    """(the station's setup or None, the robot-side model of the policy's task); a policy that needs an observation
+    the robot does not provide is refused here, before anything is built or moves (the source is closed)."""
+    from .bridge import TaskBridge
+
+    task, control_mode = metadata["task"], metadata["control_mode"]
+    try:
+        if control_mode is None:
+            raise ValueError(f"the policy was trained on {task!r}, which has no robot-side model (native tasks only)")
+        setup = deploy_setup(args, source, metadata)
+        _refuse_missing_observations(args, metadata, setup)
+        if setup is not None:
+            from .profile_bridge import ProfileBridge
+
+            bridge = ProfileBridge(task, control_mode, setup, actor_keys(metadata))
+        else:
+            bridge = TaskBridge(task, control_mode)
+    except BaseException:
+        if hasattr(source, "close"):
+            source.close()
+        raise
+    if args.instruction is not None:
+        bridge.instruction = args.instruction
+    return setup, bridge
+
+
+def _print_header(console: Console, args: DeployArgs, task: str, control_mode: str, max_steps: int, robot, setup,
+                  executor: ChunkExecutor) -> None:
+    console.print(f"deploy {task} ({control_mode}) from {args.server or args.checkpoint} on the {args.robot}: "
+                  f"{args.episodes} episodes of up to {max_steps} steps at {robot.control_rate_hz:g} Hz; limits "
+                  f"{args.safety.max_joint_velocity:g} rad/s, {args.safety.max_joint_acceleration:g} rad/s^2 "
+                  f"(e-stop: kill -USR1 {os.getpid()}{' or Enter' if args.estop_key else ''})", soft_wrap=True)
+    if args.robot == "twin":
+        console.print("the twin is blind: it gives the policy the arm's joints and camera frames only, no task context"
+                      if setup is not None else "the twin is sighted: it gives the policy the simulator's task state, which "
+                      "no real arm reports (train with --obs-mode lerobot for a figure that speaks for a real arm)",
+                      soft_wrap=True)
+    if args.step_confirm:
+        console.print("step-confirm: Enter executes the next chunk, q + Enter stops (the arm holds meanwhile)",
+                      soft_wrap=True)
+        executor.on_wait = lambda t: console.print(f"  step {t}: chunk ready, Enter to execute, q + Enter to stop",
+                                                   soft_wrap=True)
+
+
+def _check_start(robot, args: DeployArgs, k: int) -> str | None:
+    """Episode k may start from the arm's pose (None); else why not. Before the first episode that is a refusal
+    (ValueError): nothing has moved yet."""
+    problem = start_pose_problem(robot.observe()["qpos"], args.start_tolerance)
+    if problem is None:
+        return None
+    if k == 0:
+        raise ValueError(f"refused to start: {problem}")
+    return f"episode {k + 1} not started: {problem}"
+
+
+def _refuse_missing_observations(args: DeployArgs, metadata: dict[str, Any], setup) -> None:
+    """One-line ValueError when the robot cannot give the policy's actor what it reads (nothing is invented)."""
+    if args.robot == "twin":
+        cameras = set(setup.camera_names) if setup is not None else set()
+    elif setup is not None:
+        from .drivers.lerobot import parse_cameras
+
+        given = parse_cameras(args.lerobot_cameras)
+        cameras = {name for name, cam in setup.cameras.items() if name in given or cam.device is not None}
+    else:
+        cameras = set()
+    context = {"target"} if args.target is not None else set()
+    problem = observation_problem(metadata, args.robot, cameras, context)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def _check_robot_cameras(robot, bridge, source) -> None:
+    """The connected robot's first reading holds a frame from every camera the policy reads (else refused)."""
+    needed = list(getattr(bridge, "cameras", []))
+    if not needed:
+        return
+    try:
+        frames = robot.observe().get("images", {})
+        missing = [name for name in needed if name not in frames]
+        if missing:
+            raise ValueError(f"the robot's readings have no frames from cameras {missing} that the policy reads (it "
+                             f"gives {sorted(frames)}): refused")
+    except BaseException:
+        robot.disconnect()
+        bridge.close()
+        if hasattr(source, "close"):
+            source.close()
+        raise
+
+
+def start_pose_problem(qpos: np.ndarray, tolerance: float) -> str | None:
+    """Why an arm at ``qpos`` (rad) is too far from the start poses the SO-101 tasks train from, or None."""
+    from rlrobot.tasks.so101 import JOINT_NAMES, start_pose_box
+
+    low, high = start_pose_box()
+    q = np.asarray(qpos, np.float64)
+    outside = np.maximum(low - q, q - high)
+    j = int(np.argmax(outside))
+    if outside[j] <= tolerance:
+        return None
+    return (f"{JOINT_NAMES[j]} is at {q[j]:.2f} rad, {outside[j]:.2f} rad outside the trained start poses "
+            f"[{low[j]:.2f}, {high[j]:.2f}] (--start-tolerance {tolerance:g}): move the arm to the start pose first")
+
+
+def _start_step_confirm(executor: ChunkExecutor) -> None:
+    """A daemon thread that turns stdin lines into the operator's answers: Enter goes, q (or e) stops."""
+    import threading
+
+    def read() -> None:
+        for line in sys.stdin:
+            executor.operator.put("stop" if line.strip().lower()[:1] in ("q", "e") else "go")
+        executor.operator.put("stop")  # stdin closed: nobody can confirm any more
+
+    threading.Thread(target=read, daemon=True, name="step-confirm").start()
+
+
 def _make_executor(args: DeployArgs, robot, bridge, source, supervisor: SafetySupervisor) -> ChunkExecutor:
     """The executor; a policy of another control rate or a watchdog shorter than two periods is refused here, before
-    anything moves, and the robot, bridge and policy source are closed."""
+    anything moves, and the robot, bridge and policy source are closed. ``--step-confirm``: its operator's answers
+    come from stdin."""
+    import dataclasses
+
     try:
-        return ChunkExecutor(robot, bridge, source, supervisor, args.executor)
+        cfg = dataclasses.replace(args.executor, step_confirm=args.executor.step_confirm or args.step_confirm)
+        executor = ChunkExecutor(robot, bridge, source, supervisor, cfg)
+        if cfg.step_confirm:
+            _start_step_confirm(executor)
+        return executor
     except BaseException:
         robot.disconnect()
         bridge.close()
@@ -347,16 +562,13 @@ def _make_executor(args: DeployArgs, robot, bridge, source, supervisor: SafetySu
 def run_deploy(args: DeployArgs) -> dict[str, Any]:
     import signal
 
-    from .bridge import TaskBridge
-
     args.validate()
     source, metadata = _open_source(args)
     task, control_mode = metadata["task"], metadata["control_mode"]
-    if control_mode is None:
-        raise ValueError(f"the policy was trained on {task!r}, which has no robot-side model (native tasks only)")
-    bridge = TaskBridge(task, control_mode)
+    setup, bridge = _open_bridge(args, source, metadata)
     prm_log = _load_prm_log(args, bridge, source)  # before the robot connects: a PRM of another obs space is refused
-    robot = _connect_robot(args, task, metadata, bridge, source)
+    robot = _connect_robot(args, task, metadata, bridge, source, setup)
+    _check_robot_cameras(robot, bridge, source)
     supervisor = SafetySupervisor(args.safety, robot.joint_low, robot.joint_high, 1.0 / robot.control_rate_hz,
                                   forward_kinematics=bridge.tcp_position)
     executor = _make_executor(args, robot, bridge, source, supervisor)
@@ -369,10 +581,8 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
     recorder = executor.recorder
     max_steps = args.max_steps or bridge.shadow.max_episode_steps
     console = Console(width=max(Console().width, 120), highlight=False)
-    console.print(f"deploy {task} ({control_mode}) from {args.server or args.checkpoint} on the {args.robot}: "
-                  f"{args.episodes} episodes of up to {max_steps} steps at {robot.control_rate_hz:g} Hz; limits "
-                  f"{args.safety.max_joint_velocity:g} rad/s, {args.safety.max_joint_acceleration:g} rad/s^2 "
-                  f"(e-stop: kill -USR1 {os.getpid()}{' or Enter' if args.estop_key else ''})", soft_wrap=True)
+    _print_header(console, args, task, control_mode, max_steps, robot, setup, executor)
+    refused_start = None
     episodes: list[EpisodeResult] = []
     records: list[dict[str, Any]] = []
     fault = None
@@ -382,6 +592,9 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
             for k in range(args.episodes):
                 if k > 0 and hasattr(robot, "reset_episode"):
                     robot.reset_episode()
+                if (refused_start := _check_start(robot, args, k)) is not None:
+                    console.print(refused_start, soft_wrap=True)
+                    break
                 try:
                     result = executor.run_episode(max_steps)
                 except ControlLoopFault as e:
@@ -440,6 +653,9 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
         "dropped_frames": dict(getattr(source, "dropped", {})),
         "recorded": args.record,
         "reward": args.reward,
+        "twin": ("blind" if setup is not None else "sighted") if args.robot == "twin" else None,
+        "refused_start": refused_start,
+        "operator_waits": sum(e.operator_waits for e in episodes),
         "per_episode": records,
     }
     if args.json_out:

@@ -20,7 +20,10 @@ Safety rules of the loop:
   refused, or resampled in time when ``policy_rate="resample"`` and its actions are absolute joint targets;
 - a watcher thread acts on wall time: an e-stop (any latch) holds and disables within milliseconds, and a watchdog
   disable fires on time, whatever the control rate and wherever the loop is waiting;
-- any exception in the loop ends in hold + disable + latch, then ``ControlLoopFault`` with the cause.
+- any exception in the loop ends in hold + disable + latch, then ``ControlLoopFault`` with the cause;
+- ``step_confirm``: before the first action of each new chunk the loop waits for the operator (``operator`` queue:
+  "go" or "stop"), holding the arm through the supervisor every tick, readings still checked and the e-stop live; the
+  watchdog does not count that deliberate pause, and "stop" latches the supervisor like an e-stop.
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ class ExecutorConfig:
     policy_rate: str = "refuse"
     """a policy trained at another control rate than the robot's: refuse (default) | resample (its chunks are
     interpolated in time onto the robot's ticks; absolute joint targets only)"""
+    step_confirm: bool = False
+    """wait for the operator before executing each new chunk (the arm holds meanwhile): a first run on a real arm,
+    as lerobot-sim2real's --no-continuous-eval (rlrobot deploy --step-confirm: Enter executes, q stops)"""
 
     def __post_init__(self):
         if self.mode not in EXECUTION_MODES:
@@ -174,6 +180,9 @@ class EpisodeResult:
     switch_jump: dict[str, float] = field(default_factory=dict)
     """per new chunk that took over from a previous one: mean |a_new[k] - a_prev[k]| at the first step it was
     executed, the jump the robot sees at the splice"""
+    operator_waits: int = 0
+    """control ticks held while waiting for the operator's go (step_confirm); not counted as steps or holds"""
+    confirmed_chunks: int = 0
 
 
 class ChunkExecutor:
@@ -194,6 +203,10 @@ class ChunkExecutor:
         self._stopped = False  # this episode's emergency stop was done (hold + disable once)
         self._last_fresh = time.monotonic()
         self.worker = InferenceWorker(source)
+        self.operator: queue.Queue[str] = queue.Queue()
+        """step_confirm: the operator's answers, "go" or "stop" (rlrobot deploy feeds it from stdin)"""
+        self.on_wait = None
+        """step_confirm: called with the step whose chunk waits for the operator (deploy prints the prompt)"""
         self.round_trips = self.worker.round_trips
         self.jitter = RunningStats(scale=1e3)  # ms, over every episode, bounded
         self._gaps: list[float] = []  # this episode's plan discontinuities (chunk_gap, switch_jump)
@@ -458,8 +471,10 @@ class ChunkExecutor:
         if self._read(first=True) is None:
             return self._end_latched(result)
         chunks: list[tuple[int, np.ndarray]] = []
+        confirmed: set[int] = set()  # step_confirm: start steps of the chunks the operator let run
         while worker.poll() is not None:  # drop answers to a previous episode's requests
             pass
+        self._drain_operator()
         seen_round_trips = worker.round_trips.count
         self._last_fresh = last_fresh = time.monotonic()
         next_tick = time.monotonic()
@@ -501,6 +516,10 @@ class ChunkExecutor:
                 result.holds += 1
                 held = True
             else:
+                if cfg.step_confirm and (waited := self._confirm_chunks(chunks, t, confirmed, result)) is not None:
+                    if (reading := waited) is False:
+                        return self._end_latched(result)
+                    last_fresh = self._last_fresh = next_tick = time.monotonic()  # the wait was the operator's
                 targets = self.bridge.joint_targets(action, reading, sup.last_command)
                 command = self._command("act", result, targets)
                 held = False
@@ -516,6 +535,53 @@ class ChunkExecutor:
                     sup.latched_event.wait(delay)  # a latch wakes the loop at once
                 else:
                     next_tick = time.monotonic()  # overran: do not try to catch up with a burst of commands
+
+    def _drain_operator(self) -> None:
+        """Drop answers given before this episode: they are not for its chunks."""
+        while True:
+            try:
+                self.operator.get_nowait()
+            except queue.Empty:
+                return
+
+    def _confirm_chunks(self, chunks: list[tuple[int, np.ndarray]], t: int, confirmed: set[int],
+                        result: EpisodeResult) -> dict[str, Any] | bool | None:
+        """step_confirm: None when no new chunk covers step t; else wait for the operator, then a fresh checked
+        reading, or False when the wait ended in a latch or a reading fault."""
+        pending = {start for start, _ in chunks if start <= t} - confirmed
+        if not pending:
+            return None
+        if not self._await_operator(t, result):
+            return False
+        confirmed.update(pending)
+        result.confirmed_chunks += 1
+        reading = self._read()
+        return False if reading is None else reading
+
+    def _await_operator(self, t: int, result: EpisodeResult) -> bool:
+        """step_confirm: hold (through the supervisor, readings checked each tick) until the operator says "go"
+        (True) or "stop" (False, latched); the watchdog is fed meanwhile: the pause is the operator's, not a silent
+        policy. False also when a latch or a reading fault ends the wait."""
+        sup = self.supervisor
+        if self.on_wait is not None:
+            self.on_wait(t)
+        while True:
+            try:
+                answer = self.operator.get(timeout=self.dt)
+            except queue.Empty:
+                answer = None
+            if sup.estopped:
+                return False
+            if answer == "go":
+                return True
+            if answer == "stop":
+                sup.latch(f"operator stopped the run at step {t} (step confirmation)", kind="estop")
+                return False
+            if self._read() is None:
+                return False
+            self._command("hold", result)
+            result.operator_waits += 1
+            self._last_fresh = time.monotonic()
 
     def close(self) -> None:
         self.worker.close()

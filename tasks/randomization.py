@@ -195,8 +195,9 @@ class CameraPipeline:
         return pos, rot, float(self.fovy[c] + d["cam_dfovy"][i, c])
 
     # ---------------------------------------------------------------------------------------------- rendering
-    def make_renderer(self, model: mujoco.MjModel, full: bool = False) -> FrameRenderer:
-        shapes = self.resolutions if full else self.render_shapes
+    def make_renderer(self, model: mujoco.MjModel, full_scale: float | None = None) -> FrameRenderer:
+        """A renderer for this pipeline's training frames, or (``full_scale``) for ``render_full`` at that scale."""
+        shapes = self.render_shapes if full_scale is None else [self.frame_shape(c, full_scale) for c in range(len(self.names))]
         return FrameRenderer(model, max(s[0] for s in shapes), max(s[1] for s in shapes), shadows=self.shadows)
 
     def _style_scene(self, renderer: FrameRenderer, i: int) -> None:
@@ -256,8 +257,10 @@ class CameraPipeline:
             out[:, c] = self.image_effects(frames, ids, c, rng)
         return out
 
-    def image_effects(self, frames: np.ndarray, ids: np.ndarray, c: int, rng: np.random.Generator) -> np.ndarray:
-        """Saturation, contrast, brightness, blur and noise of camera c's frames of envs ``ids`` ([k, H, W, 3])."""
+    def image_effects(self, frames: np.ndarray, ids: np.ndarray, c: int, rng: np.random.Generator,
+                      noise_scale: float = 1.0) -> np.ndarray:
+        """Saturation, contrast, brightness, blur and noise of camera c's frames of envs ``ids`` ([k, H, W, 3]);
+        ``noise_scale`` multiplies the noise's std (frames larger than the policy's, whose area averaging shrinks it)."""
         image = self.setup.randomization.image
         d = self.draws
         if not (image.brightness or image.contrast or image.saturation or image.blur_probability or image.noise_std):
@@ -272,20 +275,29 @@ class CameraPipeline:
         if blur.any():
             x[blur] = box_blur(x[blur])
         if image.noise_std:
-            x += rng.normal(0.0, image.noise_std, x.shape).astype(np.float32)
+            x += rng.standard_normal(x.shape, dtype=np.float32) * np.float32(image.noise_std * noise_scale)
         return np.clip(np.rint(x), 0, 255).astype(np.uint8)
 
+    def frame_shape(self, c: int, scale: float) -> tuple[int, int]:
+        """Camera c's frame size at ``scale`` of its resolution (same aspect ratio and field of view)."""
+        h, w = self.resolutions[c]
+        return max(self.size, round(h * scale)), max(self.size, round(w * scale))
+
     def render_full(self, renderer: FrameRenderer, i: int, c: int, model: mujoco.MjModel, data: mujoco.MjData,
-                    rng: np.random.Generator) -> np.ndarray:
-        """Env i's camera c at the real camera's resolution, randomised like training frames (the blind twin's)."""
-        shape = self.resolutions[c]
-        if c not in self._photos_full and self.greenscreen[c]:
+                    rng: np.random.Generator, scale: float = 1.0) -> np.ndarray:
+        """Env i's camera c as a real camera's frame (its resolution times ``scale``), randomised like training
+        frames: what the blind twin reports, which ``prepare_frames`` then crops and resizes like a real frame. The
+        pixel noise is scaled up by the frame's size over the policy's, so that after the area resize it is the
+        training frames' noise."""
+        shape = self.frame_shape(c, scale)
+        if self.greenscreen[c] and self._photos_full.get(c, np.empty((0, 0))).shape[:2] != shape:
             self._photos_full[c] = load_photo(self.greenscreen[c], shape)
         renderer.update(model, data)
         self._style_scene(renderer, i)
         out = np.empty((*shape, 3), np.uint8)
         self._draw_camera(renderer, i, c, data, shape, self._photos_full.get(c), out)
-        return self.image_effects(out[None], np.array([i]), c, rng)[0]
+        crop = self.crops[c]
+        return self.image_effects(out[None], np.array([i]), c, rng, noise_scale=shape[0] * crop[2] / self.size)[0]
 
 
 def box_blur(x: np.ndarray) -> np.ndarray:

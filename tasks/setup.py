@@ -75,6 +75,8 @@ class CameraSetup:
     fovy_deg: FieldOfView = 55.0
     resolution: tuple[PositiveInt, PositiveInt] = (480, 640)
     """[height, width] of the real camera's frames"""
+    fps: PositiveInt = 30
+    """the real camera's frame rate (LeRobot's camera config)"""
     crop: tuple[Fraction, Fraction, Fraction, Fraction] | None = None
     """[top, left, height, width] fractions of the frame the policy sees (None: the centred square)"""
     greenscreen: str | None = None

@@ -113,6 +113,10 @@ class SO101Env(MujocoVecEnv):
     sized_geoms: tuple[str, ...] = ("cube",)
     """geoms whose size a setup's physics.object_size scales (and that are placed on the table by their size)"""
     marker_geoms: tuple[str, ...] = ("target",)
+    state_context: tuple[str, ...] | None = None
+    """what the ``state`` of obs_mode state needs beyond the arm's readings, from a robot's ``context`` (the user or a
+    perception module): None when it holds simulator facts no robot reports (contacts, every object's pose), which
+    makes ``state`` privileged on a real arm"""
     task_name = "so101"
     default_max_episode_steps = 100
     obs_modes = SO101_OBS_MODES
@@ -513,6 +517,7 @@ class SO101Reach(SO101Env):
 
     task_name = "so101-reach"
     default_max_episode_steps = 50
+    state_context = ("target",)
     state_dim = 6 + 6 + 3 + 3 + 3 + 3 + 3
     success_threshold = 0.02
 
@@ -553,6 +558,7 @@ class SO101Push(SO101Env):
 
     task_name = "so101-push"
     default_max_episode_steps = 100
+    state_context = ("target", "cube_pos", "cube_quat")
     state_dim = 6 + 6 + 3 + 3 + 3 + 3 + 4 + 3 + 3 + 3
     success_threshold = 0.025
     push_distance = 0.07

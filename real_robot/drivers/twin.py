@@ -5,6 +5,18 @@ meets the same physics it was trained in, through the robot-side path: joint tar
 it less ideal, like hardware: ``latency_steps`` delays commands, ``obs_noise_std`` adds noise to joint readings.
 The twin advances one control period per command (``act`` or ``hold``); the chunk executor keeps the wall clock
 (real time, or as fast as asked).
+
+Two kinds of twin:
+
+- *blind* (``setup`` given; what ``rlrobot deploy`` uses for a policy of the LeRobot profile): a reading holds
+  exactly what the real arm's does, ``qpos`` / ``qvel`` / ``timestamp`` and ``images`` {camera: HxWx3 uint8 with
+  the real camera's aspect and field of view, at ``frame_scale`` of its resolution (1: full size; the default 0.25
+  keeps a 30 Hz tick on a CPU)}, rendered through the setup's randomisation and greenscreen (``CameraPipeline``), with
+  the setup's joint-reading noise and observation delay, plus the operator's ``instruction``; never the task's
+  context. The task's physics, spawn regions and actuation latency are the setup's. Success is still the
+  simulator's (``success``), which a real arm has not.
+- *sighted* (no setup; policies trained on the simulator's ``state``): readings also carry ``context`` (the target
+  and the cube pose), which the task's state is made of. Its figures say nothing about a real arm.
 """
 
 from __future__ import annotations
@@ -18,7 +30,11 @@ import numpy as np
 import torch
 
 import rlrobot
-from rlrobot.tasks.so101 import JOINT_HIGH, JOINT_LOW, JOINT_NAMES, _normalize_joint
+from rlrobot.tasks.setup import Setup, load_setup
+from rlrobot.tasks.so101 import JOINT_HIGH, JOINT_LOW, JOINT_NAMES, _normalize_joint, profile_units
+
+READING_KEYS = ("qpos", "qvel", "timestamp", "images", "instruction")
+"""every key a blind twin's reading may hold: what a real arm reports, and the operator's instruction"""
 
 
 class TwinRobot:
@@ -27,15 +43,24 @@ class TwinRobot:
     joint_high = JOINT_HIGH
 
     def __init__(self, task: str = "so101-reach", seed: int = 0, latency_steps: int = 0, obs_noise_std: float = 0.0,
-                 cameras: bool = False, command_log: int = 10_000):
+                 cameras: bool = False, command_log: int = 10_000, setup: str | Setup | None = None,
+                 frame_scale: float = 0.25):
         if isinstance(latency_steps, bool) or not isinstance(latency_steps, int) or latency_steps < 0:
             raise ValueError(f"twin latency_steps={latency_steps!r} must be an integer >= 0")
         if not (math.isfinite(obs_noise_std) and obs_noise_std >= 0):
             raise ValueError(f"twin obs_noise_std={obs_noise_std!r} must be a finite number >= 0")
+        if not (math.isfinite(frame_scale) and 0 < frame_scale <= 1):
+            raise ValueError(f"twin frame_scale={frame_scale!r} must be a number in (0, 1] (of the cameras' resolution)")
+        self.frame_scale = frame_scale
         if command_log < 1:
             raise ValueError(f"twin command_log={command_log!r} must be >= 1")
         self.task, self.seed = task, seed
         self.latency_steps, self.obs_noise_std, self.cameras = latency_steps, obs_noise_std, cameras
+        self.setup = None if setup is None else load_setup(setup)
+        self.blind = self.setup is not None
+        self.pipeline = None
+        self._renderer = None
+        self._history: collections.deque[dict[str, Any]] = collections.deque()
         self.env = None
         self.episode_return: float | None = None
         self.rng = np.random.default_rng(seed)
@@ -52,13 +77,23 @@ class TwinRobot:
         return 1.0 / self.env.control_dt if self.env is not None else 25.0
 
     def connect(self) -> None:
+        options = {"setup": self.setup} if self.blind else {}
         self.env = rlrobot.make(self.task, 1, control_mode="joint_pos", max_episode_steps=10**9, num_threads=1,
-                                seed=self.seed)
+                                seed=self.seed, **options)
+        if self.blind:
+            from rlrobot.tasks.randomization import CameraPipeline, scene_parts
+
+            env = self.env
+            self.pipeline = CameraPipeline(self.setup, env.model, scene_parts(env.model, env.randomized_geoms), 1)
+            self.units = profile_units(self.setup.use_degrees)
         self.reset_episode()
 
     def reset_episode(self, seed: int | None = None) -> None:
         """A new task instance (target, cube, arm start), like a human resetting the scene."""
         self.env.reset(seed=self.seed + self.episode if seed is None else seed)
+        if self.pipeline is not None:  # the episode's look (lights, colours, camera jitter), from the env's draws
+            self.pipeline.draw(np.array([0]), self.env.np_random)
+            self._history.clear()
         self.episode += 1
         self.holding, self.disabled, self.hold_started = False, False, None
         self.episode_return = 0.0
@@ -67,6 +102,8 @@ class TwinRobot:
         self._pending.clear()
 
     def observe(self) -> dict[str, Any]:
+        if self.blind:
+            return self._blind_reading()
         qpos = self.env.qpos[0, :6].copy()
         if self.obs_noise_std > 0:
             qpos += self.rng.normal(0.0, self.obs_noise_std, size=6)
@@ -75,6 +112,29 @@ class TwinRobot:
         if self.cameras:
             reading["images"] = {cam: self.env.render(0, cam) for cam in self.env.cameras}
         return reading
+
+    def _blind_reading(self) -> dict[str, Any]:
+        """What the real arm would report: noisy joints in the profile's noise (converted back to radians), frames
+        of the setup's cameras at their resolution, as many readings old as the episode's observation delay; no task
+        context."""
+        env = self.env
+        qpos = env.qpos[0, :6].copy()
+        noise = self.setup.randomization.joint_noise_deg
+        if noise:  # the profile's reading noise is in its own units (degrees; the gripper's 0..100)
+            qpos = self.units.to_radians(self.units.to_profile(qpos) + self.rng.normal(0.0, noise, 6))
+        if self.obs_noise_std:
+            qpos = qpos + self.rng.normal(0.0, self.obs_noise_std, 6)
+        if self._renderer is None:
+            self._renderer = self.pipeline.make_renderer(env.model, full_scale=self.frame_scale)
+        model = env.models[env.model_index[0]]
+        images = {name: self.pipeline.render_full(self._renderer, 0, c, model, env.datas[0], env.image_rng, self.frame_scale)
+                  for c, name in enumerate(self.pipeline.names)}
+        current = {"qpos": qpos, "qvel": env.qvel[0, :6].copy(), "images": images}
+        self._history.appendleft(current)
+        delay = int(env.observation_delay[0])
+        while len(self._history) > delay + 1:
+            self._history.pop()
+        return {**self._history[-1], "timestamp": time.monotonic(), "instruction": env.instruction[0]}
 
     def _step(self, targets: np.ndarray, kind: str) -> None:
         if self.disabled:
@@ -112,6 +172,9 @@ class TwinRobot:
         return bool(self.env.success_now()[0])
 
     def disconnect(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
         if self.env is not None:
             self.env.close()
             self.env = None

@@ -87,7 +87,8 @@ def test_a_robot_that_cannot_connect_is_a_one_line_error(expert_checkpoint, caps
 
     monkeypatch.setattr(deploy_module, "make_robot", lambda *a, **k: Unplugged())
     with pytest.raises(SystemExit) as exit_info:
-        main(["deploy", "--robot", "lerobot", "--lerobot-port", "/dev/ttyACM9", "--checkpoint", str(expert_checkpoint)])
+        main(["deploy", "--robot", "lerobot", "--lerobot-port", "/dev/ttyACM9", "--checkpoint", str(expert_checkpoint),
+              "--target", "0.18", "0.05", "0.08"])
     assert exit_info.value.code == 2
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 and "cannot connect to the lerobot robot at /dev/ttyACM9" in lines[0]
