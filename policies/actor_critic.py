@@ -10,6 +10,7 @@ from torch import nn
 from torch.distributions import Normal
 
 from rlrobot.domains import Positive, PositiveInt
+from rlrobot.sections import Section
 
 from .normalizer import RunningNormalizer
 from .registry import PolicySpec, register_policy
@@ -44,7 +45,7 @@ MLP_ACTIVATIONS = {**ACTIVATIONS, "tanh-fast": FastTanh}
 
 
 @dataclass
-class ActorCriticConfig:
+class ActorCriticConfig(Section):
     actor_hidden: tuple[PositiveInt, ...] = (256, 128, 64)
     """hidden layer widths of the actor MLP"""
     critic_hidden: tuple[PositiveInt, ...] = (256, 128, 64)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlrobot.domains import Domain, NonNegativeInt, Positive, PositiveInt, UnitInterval
+from rlrobot.sections import Section
 
 from .actor_critic import ACTIVATIONS, mlp
 from .registry import PolicySpec, register_policy
@@ -39,7 +40,7 @@ TOKENS_KEY = "instruction_tokens"  # token ids over a task's vocabulary (tasks/s
 
 
 @dataclass
-class FlowPolicyConfig:
+class FlowPolicyConfig(Section):
     chunk_size: PositiveInt = 5
     """H: actions per chunk"""
     denoising_steps: PositiveInt = 4
@@ -109,7 +110,19 @@ class FlowPolicyConfig:
     mean_flow_ratio: UnitInterval = 0.25
     """(mean_flow) fraction of training samples with an interval r < t (the rest train r = t, plain flow matching)"""
 
-    def validate(self) -> None:
+    def validate(self, run=None) -> None:
+        """The values alone, and with ``run`` against the rest of the run (observation keys, the episode length)."""
+        self._validate_values()
+        if run is None:
+            return
+        if run.obs_mode == "rgb" and "state" in self.obs_keys:
+            raise ValueError("obs_mode='rgb' gives no 'state' observation; set flow.obs_keys to image keys "
+                             "(e.g. image_front image_wrist) or use obs_mode='state+rgb'")
+        episode = run.episode_steps()
+        if episode and self.chunk_size > episode:
+            raise ValueError(f"flow.chunk_size={self.chunk_size} is larger than the episode of {run.task} ({episode} steps)")
+
+    def _validate_values(self) -> None:
         if self.chunk_size < 1:
             raise ValueError(f"flow.chunk_size must be >= 1, got {self.chunk_size}")
         if self.denoising_steps < 1:
@@ -163,16 +176,6 @@ class FlowPolicyConfig:
         if self.entity_anchor >= 0 and not self.state_entities:
             raise ValueError(f"flow.entity_anchor={self.entity_anchor} needs flow.state_entities (the entities whose "
                              "positions it relates)")
-
-    def validate_for(self, run) -> None:
-        """Checks against the rest of the run: observation keys and the episode length."""
-        self.validate()
-        if run.obs_mode == "rgb" and "state" in self.obs_keys:
-            raise ValueError("obs_mode='rgb' gives no 'state' observation; set flow.obs_keys to image keys "
-                             "(e.g. image_front image_wrist) or use obs_mode='state+rgb'")
-        episode = run.episode_steps()
-        if episode and self.chunk_size > episode:
-            raise ValueError(f"flow.chunk_size={self.chunk_size} is larger than the episode of {run.task} ({episode} steps)")
 
 
 @runtime_checkable

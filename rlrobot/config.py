@@ -19,6 +19,7 @@ from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, algorith
 from rlrobot.checkpoints import CONFIG_VERSION, build_dataclass, upgrade_config
 from rlrobot.domains import NonNegativeInt, PositiveInt, check_domains
 from rlrobot.rewards import RewardConfig
+from rlrobot.sections import Section
 
 
 @dataclass
@@ -137,11 +138,16 @@ class TrainConfig:
             opts["servo_limits"] = True
         return opts
 
+    def sections(self) -> list[Section]:
+        """Every config section this run holds (its algorithm's, its policy kind's, the reward's, curricula), in field
+        order."""
+        return [value for f in dataclasses.fields(self) if isinstance(value := getattr(self, f.name), Section)]
+
     def reward_wrappers(self) -> list:
-        """The reward wrappers of the training env (evaluation always reports the task's own reward)."""
-        wrappers = self.reward.wrappers(self.algorithm.discount, algo=self.algo)
-        jsrl = getattr(self, "jsrl", None)  # JSRL's guided env: the training env only, never the evaluation env
-        return [*wrappers, jsrl.wrapper(self)] if jsrl is not None and jsrl.enabled else wrappers
+        """The training env's wrappers: the reward's first, then what other sections add (JSRL's guide, outermost).
+        Evaluation always reports the task's own reward in the task's own env."""
+        others = [w for section in self.sections() if section is not self.reward for w in section.env_wrappers(self)]
+        return [*self.reward.env_wrappers(self), *others]
 
     def validate(self) -> None:
         """Every bad value is reported with the field name and the allowed values, before any compute. No I/O and no
@@ -176,12 +182,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.max_episode_steps is not None and self.max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be >= 1, got {self.max_episode_steps}")
-        policy = self.policy_config
-        (policy.validate_for if hasattr(policy, "validate_for") else policy.validate)(self)
-        self.algorithm.validate(self)
-        self.reward.validate(self)
-        if hasattr(self, "jsrl"):
-            self.jsrl.validate(self)
+        for section in self.sections():
+            section.validate(self)
         per_iteration = self.steps_per_iteration()
         if per_iteration and self.total_steps < per_iteration:
             raise ValueError(f"total_steps={self.total_steps} is less than one iteration of {spec.name} "
@@ -191,9 +193,8 @@ class TrainConfig:
         """What a run does before building anything: the algorithm reads the inputs the config names (``--init``,
         ``--dataset``; its only I/O, which may adopt settings such as the ``--init`` architecture), then ``validate``."""
         check_domains(self)  # bad numbers are refused before any I/O
-        self.algorithm.prepare(self)  # an unknown algo is refused here with the registered names
-        if hasattr(self, "jsrl"):
-            self.jsrl.prepare(self)
+        for section in self.sections():
+            section.prepare(self)
         self.validate()
 
     def run_dir(self) -> str:

@@ -42,7 +42,7 @@ VLA_RUN_SETTINGS = ("execute_steps", "noise_std_min", "noise_std_max", "detach_c
 def prepare_vla(run) -> None:
     """``--init`` (an rlrobot VLA run) adopts its ``--vla`` section, keeping ``VLA_RUN_SETTINGS`` given on this run and
     refusing other fields that differ from it; then the checkpoint fills and checks the rest."""
-    if getattr(run, "init", "") and not run.resume:
+    if isinstance(run, VLAInit) and run.init and not run.resume:
         from pathlib import Path
 
         from rlrobot.checkpoints import load_config
@@ -72,6 +72,9 @@ def prepare_vla(run) -> None:
 @dataclass
 class VLAFlowPPOConfig(FlowPPOConfig):
     def validate(self, run) -> None:
+        if not run.vla.path and not run.init:
+            raise ValueError("vla.path is empty: pass --vla.path DIR (a LeRobot pretrained directory on local disk) or "
+                             "--init RUN (an rlrobot VLA run)")
         validate_ppo_common(self, "flow_ppo")
         if self.rollout_chunks < 1:
             raise ValueError(f"flow_ppo.rollout_chunks must be >= 1, got {self.rollout_chunks}")
@@ -98,6 +101,11 @@ class VLAFlowPPOConfig(FlowPPOConfig):
 
 @dataclass
 class VLASFTConfig(SFTConfig):
+    def validate(self, run) -> None:
+        if not run.vla.path:
+            raise ValueError("vla.path is empty: pass --vla.path DIR, a LeRobot pretrained directory on local disk")
+        super().validate(run)
+
     def prepare(self, run) -> None:
         super().prepare(run)
         prepare_vla(run)

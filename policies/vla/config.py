@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlrobot.domains import NonNegativeInt, Positive, PositiveInt
+from rlrobot.sections import Section
 
 VARIANTS = ("pi0", "pi05", "smolvla")
 """LeRobot policy types these adapters wrap (``type`` in a pretrained directory's config.json)"""
@@ -17,7 +18,7 @@ EXTRA_HINT = "pip install -e '.[vla]' (Python >= 3.12: lerobot 0.6.1)"
 
 
 @dataclass
-class VLAConfig:
+class VLAConfig(Section):
     variant: Literal["", "pi0", "pi05", "smolvla"] = ""
     """LeRobot VLA type ('' = the ``type`` of the checkpoint in --vla.path)"""
     path: str = ""
@@ -53,11 +54,11 @@ class VLAConfig:
     bf16: bool = True
     """bf16 autocast on CUDA (ignored on CPU)"""
 
-    def validate(self, path_from_init: bool = False) -> None:
+    def validate(self, run=None) -> None:
+        """The values alone, and with ``run`` against the rest of the run. An empty ``path`` is the algorithm's to
+        refuse (a fine-tuning run adopts its ``--init`` run's in ``prepare``)."""
         if self.variant not in ("", *VARIANTS):
             raise ValueError(f"vla.variant={self.variant!r} is not one of {VARIANTS} ('' = the checkpoint's)")
-        if not self.path and not path_from_init:  # an --init run's path is adopted by prepare()
-            raise ValueError("vla.path is empty: pass --vla.path DIR, a LeRobot pretrained directory on local disk")
         for name in ("chunk_size", "denoising_steps", "execute_steps", "lora_rank"):
             if getattr(self, name) < 0:
                 raise ValueError(f"vla.{name} must be >= 0, got {getattr(self, name)}")
@@ -69,8 +70,8 @@ class VLAConfig:
         if self.lora_rank and not self.lora_targets:
             raise ValueError("vla.lora_targets must name at least one module when vla.lora_rank > 0")
 
-    def validate_for(self, run) -> None:
-        self.validate(path_from_init=getattr(run, "init", "") not in ("", "none"))
+        if run is None:
+            return
         images = [k for k in self.obs_keys if k.startswith("image_")]
         if images and run.obs_mode not in ("rgb", "state+rgb"):
             raise ValueError(f"the VLA reads cameras {images}: set obs_mode='state+rgb' (got obs_mode={run.obs_mode!r})")

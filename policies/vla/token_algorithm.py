@@ -15,12 +15,13 @@ from typing import Any
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.domains import PositiveInt
 from rlrobot.policies.registry import PolicySpec, register_policy
+from rlrobot.sections import Section
 
 from .token_ppo import TokenPPOConfig
 
 
 @dataclass
-class VLAFastConfig:
+class VLAFastConfig(Section):
     path: str = ""
     """a pi0-FAST directory on local disk (LeRobot's save_pretrained + tokenizer/ + fast_tokenizer/); never a hub id"""
     value_hidden: PositiveInt = 64
@@ -28,15 +29,10 @@ class VLAFastConfig:
     detach_value: bool = True
     """the critic's gradient does not reach the VLM"""
 
-    def validate(self) -> None:
+    def validate(self, run=None) -> None:
         if not self.path:
             raise ValueError("vla_fast.path is empty: pass --vla-fast.path DIR, a pi0-FAST directory on local disk")
-        if self.value_hidden < 1:
-            raise ValueError(f"vla_fast.value_hidden must be >= 1, got {self.value_hidden}")
-
-    def validate_for(self, run) -> None:
-        self.validate()
-        if run.obs_mode not in ("state", "state+rgb"):
+        if run is not None and run.obs_mode not in ("state", "state+rgb"):
             raise ValueError(f"obs_mode={run.obs_mode!r}: the pi0-FAST policy reads the 'state' observation")
 
     def chunk_size(self) -> int:

@@ -136,7 +136,6 @@ class FlowNFTConfig(AlgorithmConfig):
     """iterations that train only the value head (an SFT checkpoint has none)"""
 
     def validate(self, run) -> None:
-        run.trim.validate()
         if self.optimality not in OPTIMALITY:
             raise ValueError(f"flow_nft.optimality={self.optimality!r} is not one of {OPTIMALITY}")
         if self.group_score not in GROUP_SCORES:

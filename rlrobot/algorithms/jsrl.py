@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from rlrobot.domains import Domain, PositiveInt
+from rlrobot.sections import Section
 
 if TYPE_CHECKING:
     from rlrobot.algorithms.registry import AlgorithmSpec
@@ -64,7 +65,7 @@ STAGES_FILE = "jsrl_stages.json"
 
 
 @dataclass
-class JSRLConfig:
+class JSRLConfig(Section):
     guide: str = ""
     """JSRL guide: '' (off) | expert (the task's scripted expert) | a run or checkpoint directory (SFT flow, offline,
     SAC or PPO policy of the same observation and action spaces), acting deterministically"""
@@ -126,9 +127,9 @@ class JSRLConfig:
     def resolved_horizon(self, run: TrainConfig) -> int:
         return int(self.horizon if self.horizon is not None else run.episode_steps())
 
-    def wrapper(self, run: TrainConfig):
-        """The training-env wrapper (env -> GuidedEnv) that rlrobot.config adds to the training env's wrappers."""
-        return lambda env: GuidedEnv(env, self, run)
+    def env_wrappers(self, run: TrainConfig) -> list:
+        """The guided training env (env -> GuidedEnv), outermost: the guide acts in the task, reward wrappers apply."""
+        return [lambda env: GuidedEnv(env, self, run)] if self.enabled else []
 
 
 @dataclass

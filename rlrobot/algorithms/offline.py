@@ -47,6 +47,7 @@ from rlrobot.algorithms.sft import DatasetInput
 from rlrobot.domains import NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
 from rlrobot.policies.normalizer import RunningNormalizer
 from rlrobot.policies.registry import PolicySpec, register_policy
+from rlrobot.sections import Section
 
 if TYPE_CHECKING:
     from rlrobot.data.transitions import Transitions
@@ -266,7 +267,7 @@ class ChunkedOfflinePolicy(OfflinePolicy):
 
 
 @dataclass
-class OfflinePolicyConfig:
+class OfflinePolicyConfig(Section):
     execute_steps: NonNegativeInt = 0
     """chunked offline actors: actions of each planned chunk executed before re-planning (0 = the whole chunk)"""
 

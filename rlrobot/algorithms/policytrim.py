@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from rlrobot.domains import Domain, PositiveInt
+from rlrobot.sections import Section
 
 
 @dataclass
-class PolicyTrimConfig:
+class PolicyTrimConfig(Section):
     curriculum: bool = False
     """grow flow.execute_steps while training success holds (PolicyTrim's execute-length curriculum)"""
     step: PositiveInt = 1
@@ -36,7 +37,7 @@ class PolicyTrimConfig:
     min_iterations: PositiveInt = 5
     """iterations at a stage before it may advance"""
 
-    def validate(self) -> None:
+    def validate(self, run=None) -> None:
         for name in ("step", "window", "min_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"trim.{name} must be >= 1, got {getattr(self, name)}")

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rlrobot.registry import Registry
+from rlrobot.sections import Section
 
 if TYPE_CHECKING:
     from rlrobot.config import TrainConfig
 
 
-class AlgorithmConfig(abc.ABC):
+class AlgorithmConfig(Section, abc.ABC):
     """Base of every algorithm's config section (a dataclass). ``run`` is the whole run config (common fields, the
     policy section, this section)."""
 
@@ -33,11 +34,6 @@ class AlgorithmConfig(abc.ABC):
     @abc.abstractmethod
     def env_steps_per_iteration(self, run: TrainConfig) -> int:
         """Environment steps of one runner iteration on one rank, summed over envs (0 when the env is not stepped)."""
-
-    def prepare(self, run: TrainConfig) -> None:
-        """Read what the config names on disk (datasets, checkpoints to start from) before anything is built; may adopt
-        settings from there (e.g. the architecture of ``--init``). The only step that does I/O."""
-        return None
 
     @property
     def discount(self) -> float | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlrobot.domains import NonNegative, PositiveInt, UnitInterval
+from rlrobot.sections import Section
 
 RewardFactory = Callable[[Any], Any]  # VecEnv -> wrapped VecEnv
 _SHAPINGS: dict[str, Callable[..., RewardFactory]] = {}
@@ -81,7 +82,7 @@ def _kind(shaping: str) -> tuple[str, str]:
 
 
 @dataclass
-class RewardConfig:
+class RewardConfig(Section):
     shaping: str = "none"
     """reward wrapper of the training env: none | dense-potential (potential-based shaping gamma Phi(s') - Phi(s)
     with the task's dense reward as Phi) | prm:PATH (a process reward model's progress, rlrobot train --algo prm) |
@@ -100,6 +101,10 @@ class RewardConfig:
     """(srpo) weight of the trajectory reward (1 for a success, < 0.6 for a failure)"""
     srpo_memory: PositiveInt = 64
     """(srpo) recent successes (and failure distances) kept per instruction as the reference"""
+
+    def env_wrappers(self, run) -> list[RewardFactory]:
+        """The reward wrappers of the training env (the evaluation env keeps the task's own reward)."""
+        return self.wrappers(run.algorithm.discount, algo=run.algo)
 
     def validate(self, run) -> None:
         kind, argument = _kind(self.shaping)

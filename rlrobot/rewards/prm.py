@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from rlrobot.domains import Domain, PositiveInt, UnitInterval
+from rlrobot.sections import Section
 
 PROGRESS_HEADS = ("pair", "value")
 EMBEDDING_KEY = "instruction_embedding"
@@ -65,7 +66,7 @@ def relative_delta(p_before: Tensor, p_after: Tensor, floor: float = 0.05) -> Te
 
 # ---------------------------------------------------------------------------------------------- networks
 @dataclass
-class PRMNetConfig:
+class PRMNetConfig(Section):
     """Network of the learned PRM (``--prm-net.*``)."""
 
     obs_keys: tuple[str, ...] = ("state",)
