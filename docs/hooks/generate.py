@@ -36,7 +36,7 @@ VLA_PAGE = {"vla-sft": "vla", "vla-flow-noise": "vla", "vla-flow-sde": "vla"}
 
 def _help(call) -> str:
     """What a tyro / argparse entry point prints for --help, captured in this process (no subprocess per page)."""
-    os.environ.setdefault("COLUMNS", "110")
+    os.environ["COLUMNS"] = "96"  # the width of a code block on the page; the same page on every machine
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
         try:
