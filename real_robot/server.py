@@ -9,15 +9,22 @@ handshake: a new silent one evicts the oldest silent one of the busiest source),
 ``--hello-timeout-s`` after accept() is dropped, frames over the size limit are refused, large frames are decoded
 off the event loop by a decoder whose every length is capped, and its own log is rate-limited. Anything wrong in an
 authenticated session's frame gets an ``error`` frame and the connection stays usable; before authentication an
-error frame (unsigned) is followed by closing the connection. Inference runs in a worker thread under a lock, so
+error frame (unsigned) is followed by closing the connection. Inference runs in a worker thread, one at a time, so
 slow inference never stalls the event loop that serves the other clients.
+
+No connection, authenticated or not, can take more than its share: each has a byte budget (``--byte-rate`` bytes/s,
+``--byte-burst`` at once); reading from a connection over it waits until it refills, so its bytes stay in the
+kernel and TCP pushes back on the sender, and one that stays over it for ``--budget-close-s`` is closed. Decoding
+large frames and inference take fair turns: a free worker goes to the waiting connection that has used the least.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import heapq
 import ipaddress
+import itertools
 import json
 import logging
 import math
@@ -26,6 +33,7 @@ import socket
 import ssl
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +56,7 @@ PING_INTERVAL_S = 5.0
 closed, after at most twice this"""
 OFFLOAD_DECODE_BYTES = 64 * 1024
 """frames larger than this are authenticated and decoded in a worker thread, off the event loop"""
+MIB = 1024 * 1024
 
 
 @dataclass
@@ -74,6 +83,14 @@ class ServeArgs:
     hello_timeout_s: float = 5.0
     """a connection that has not authenticated this long after accept() (TLS and websocket handshakes included) is
     dropped"""
+    byte_rate: int = 32 * MIB
+    """bytes per second one connection may send on average (64 KiB/s .. 1 GiB/s); above it the server reads from
+    that connection only as its budget refills, so the sender blocks (TCP back-pressure)"""
+    byte_burst: int = 16 * MIB
+    """bytes one connection may send at once before --byte-rate applies (64 KiB .. 1 GiB)"""
+    budget_close_s: float = 10.0
+    """a connection whose reading has waited this long for its byte budget, without the budget refilling in between,
+    is closed (1 .. 3600 s)"""
     device: str = "cpu"
 
     def validate(self) -> None:
@@ -89,6 +106,13 @@ class ServeArgs:
                              f"({self.max_connections})")
         if not (math.isfinite(self.hello_timeout_s) and 0 < self.hello_timeout_s <= 300):
             raise ValueError(f"hello_timeout_s={self.hello_timeout_s} is not a number in (0, 300]")
+        for flag, value in (("byte_rate", self.byte_rate), ("byte_burst", self.byte_burst)):
+            if type(value) is not int or not 64 * 1024 <= value <= 1024 * MIB:
+                raise ValueError(f"{flag}={value} (--{flag.replace('_', '-')}) is not an integer in 65536..1073741824 "
+                                 f"(bytes{'/s' if flag == 'byte_rate' else ''} per connection)")
+        if not (math.isfinite(self.budget_close_s) and 1 <= self.budget_close_s <= 3600):
+            raise ValueError(f"budget_close_s={self.budget_close_s} (--budget-close-s) is not a number of seconds in "
+                             f"1..3600")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key must be given together (PEM files)")
         for name in ("tls_cert", "tls_key"):
@@ -191,6 +215,8 @@ class Peer:
     errors: int = 0
     reason: str = ""
     """why the server closed it (empty: the peer closed it, or the network did)"""
+    throttled_s: float = 0.0
+    """how long reading from it waited for its byte budget, in all"""
 
     def line(self, close_code: int | None, handshake_error: BaseException | None) -> str:
         reason = self.reason
@@ -200,7 +226,91 @@ class Peer:
             reason = f"closed by the peer ({close_code})" if close_code not in (None, 1006) else "connection lost"
         served = f", {self.requests} requests" + (f" ({self.errors} refused)" if self.errors else "") \
             if self.auth == "authenticated" else ""
-        return f"peer {self.address}: {self.auth}{served}, {time.monotonic() - self.accepted:.1f} s; {reason}"
+        throttled = f", throttled {self.throttled_s:.1f} s (byte budget)" if self.throttled_s >= 0.05 else ""
+        return f"peer {self.address}: {self.auth}{served}{throttled}, {time.monotonic() - self.accepted:.1f} s; {reason}"
+
+
+class ByteBudget:
+    """Token bucket of the bytes one connection sends: ``rate`` bytes/s on average, ``burst`` at once. The server
+    charges every received chunk; when the bucket is empty, reading from that connection waits until it refills."""
+
+    def __init__(self, rate: float, burst: float, now: float):
+        self.rate, self.burst = rate, burst
+        self.tokens, self.stamp = burst, now
+        self.waited_s = 0.0
+        """time reading has waited since the bucket was last full: it grows only while the peer keeps over budget"""
+
+    def charge(self, n: int, now: float) -> float:
+        """Take ``n`` received bytes; return how many seconds reading must now wait (0.0: none)."""
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= self.burst:
+            self.waited_s = 0.0
+        self.tokens -= n
+        if self.tokens >= 0:
+            return 0.0
+        wait = -self.tokens / self.rate
+        self.waited_s += wait
+        return wait
+
+
+class FairTurns:
+    """Runs blocking jobs in worker threads, at most ``slots`` at once. A free slot goes to the waiting job whose
+    connection has used the least (start-time fair queueing; the cost is bytes decoded or seconds of inference), so a
+    connection that keeps the workers busy waits behind every other connection's next job instead of ahead of it."""
+
+    def __init__(self, slots: int, executor: ThreadPoolExecutor | None = None):
+        self.slots, self.executor = slots, executor
+        self.running = 0
+        self.clock = 0.0
+        """virtual time: the start tag of the latest job that got a slot"""
+        self.finish: dict[Any, float] = {}  # connection -> virtual finish tag of its latest job
+        self.waiting: list[tuple[float, int, asyncio.Future]] = []
+        self._order = itertools.count()
+
+    async def run(self, key: Any, cost: float | None, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread once this job's turn comes; ``cost`` None: its measured seconds."""
+        start = max(self.clock, self.finish.get(key, 0.0))
+        self.finish[key] = start + (cost or 0.0)
+        if self.running < self.slots and not self.waiting:
+            self.running += 1
+        else:
+            turn = asyncio.get_running_loop().create_future()
+            heapq.heappush(self.waiting, (start, next(self._order), turn))
+            try:
+                await turn  # a finishing job hands its slot over
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled():
+                    self._release()  # the slot arrived as this job was cancelled: pass it on
+                raise
+        self.clock = max(self.clock, start)
+        began = time.perf_counter()
+        try:
+            job = asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        except BaseException:  # the executor is shut down (the server is stopping)
+            self._release()
+            raise
+
+        def done(_: Any) -> None:
+            if cost is None and key in self.finish:
+                self.finish[key] = max(self.finish[key], start + time.perf_counter() - began)
+            self._release()
+
+        # the slot stays taken until the thread's job has ended, also when this caller is cancelled: the policy is
+        # never called by two threads at once
+        job.add_done_callback(done)
+        return await asyncio.shield(job)
+
+    def _release(self) -> None:
+        while self.waiting:
+            turn = heapq.heappop(self.waiting)[2]
+            if not turn.done():  # a cancelled waiter (its connection closed) is skipped
+                turn.set_result(None)
+                return
+        self.running -= 1
+
+    def forget(self, key: Any) -> None:
+        self.finish.pop(key, None)
 
 
 def install_log_rate_limit(burst: int = 5, window_s: float = 10.0) -> RateLimitFilter:
@@ -244,11 +354,14 @@ class ListenError(ConnectionError):
 
 class PolicyServer:
     def __init__(self, policy, secret: bytes | None, max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES,
-                 max_connections: int = 64, max_unauthenticated: int = 32, hello_timeout_s: float = 5.0):
+                 max_connections: int = 64, max_unauthenticated: int = 32, hello_timeout_s: float = 5.0,
+                 byte_rate: int = ServeArgs.byte_rate, byte_burst: int = ServeArgs.byte_burst,
+                 budget_close_s: float = ServeArgs.budget_close_s):
         self.policy, self.secret, self.max_frame_bytes = policy, secret, max_frame_bytes
         self.max_connections, self.max_unauthenticated = max_connections, max_unauthenticated
         self.hello_timeout_s = hello_timeout_s
-        self.lock = asyncio.Lock()
+        self.byte_rate, self.byte_burst, self.budget_close_s = byte_rate, byte_burst, budget_close_s
+        self._closing: set[asyncio.Task] = set()  # close handshakes started by the server (a reference keeps them)
         self.errors: collections.Counter[str] = collections.Counter()
         self.counts: collections.Counter[str] = collections.Counter()
         self.open: set[Any] = set()
@@ -260,6 +373,8 @@ class PolicyServer:
         self.latency = RunningStats(scale=1e3)  # inference seconds -> ms; bounded however long the server runs
         policy.latencies = RunningStats(scale=1e3)  # bounded, whatever kind of policy object this is
         self.decoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="decode")
+        self.decoding = FairTurns(2, self.decoder)  # large frames, cost in bytes
+        self.inference = FairTurns(1)  # the policy, one call at a time, cost in seconds
 
     # ------------------------------------------------------------ admission at accept() (TCP level)
     def admit_listeners(self, sockets) -> None:
@@ -350,12 +465,25 @@ class PolicyServer:
         class AdmittedConnection(ServerConnection):
             def connection_made(self, transport) -> None:
                 super().connection_made(transport)
+                self.holds: set[str] = set()
+                # websockets pauses reading when its queue of received messages is full; the byte budget pauses it
+                # too: reading resumes only when neither holds it
+                self.recv_messages.pause = lambda: self.hold_reading("queue", True)
+                self.recv_messages.resume = lambda: self.hold_reading("queue", False)
                 server._admit(self, transport)
+
+            def hold_reading(self, why: str, on: bool) -> None:
+                (self.holds.add if on else self.holds.discard)(why)
+                if self.holds:
+                    self.transport.pause_reading()
+                else:
+                    self.transport.resume_reading()
 
             def data_received(self, data: bytes) -> None:
                 admission = getattr(self, "admission", None)
                 if admission is not None and not admission.progressed and data.startswith(b"GET "):
                     admission.progressed = True  # it speaks HTTP: the start of a websocket opening handshake
+                server._charge(self, len(data))
                 super().data_received(data)
 
             def connection_lost(self, exc) -> None:
@@ -369,6 +497,8 @@ class PolicyServer:
         admission = self.admitted.get(sock.fileno()) if sock is not None else None
         self.open.add(connection)
         connection.admission = admission
+        connection.budget = ByteBudget(self.byte_rate, self.byte_burst, time.monotonic())
+        connection.budget_timer = None
         self.peers[connection] = Peer(_peer_address(transport), admission.accepted if admission else time.monotonic())
         if admission is not None:
             admission.peer = self.peers[connection]
@@ -377,8 +507,48 @@ class PolicyServer:
         # before authentication only tiny frames are legitimate; larger ones close the connection (1009)
         connection.protocol.max_message_size = protocol.HANDSHAKE_MAX_FRAME_BYTES
 
+    def _charge(self, connection, n: int) -> None:
+        """Charge ``n`` received bytes to the connection's budget; over it, reading from it waits until the budget
+        has refilled (the bytes stay in the kernel, TCP pushes back on the sender), and past --budget-close-s of
+        waiting it is closed."""
+        self.counts["bytes_in"] += n
+        budget = getattr(connection, "budget", None)
+        if budget is None or "closing" in connection.holds:
+            return
+        wait = budget.charge(n, time.monotonic())
+        if wait <= 0.0:
+            return
+        self.counts["budget_waits"] += 1
+        peer = self.peers.get(connection)
+        if peer is not None:
+            peer.throttled_s += wait
+        if budget.waited_s > self.budget_close_s:
+            self._close_over_budget(connection)
+            return
+        if connection.budget_timer is not None:
+            connection.budget_timer.cancel()
+        connection.hold_reading("budget", True)
+        connection.budget_timer = asyncio.get_running_loop().call_later(wait, connection.hold_reading, "budget", False)
+
+    def _close_over_budget(self, connection) -> None:
+        """Close (1008) a connection that kept over its byte budget; nothing more is read from it, so a peer that
+        does not answer the close is dropped after the closing handshake's timeout."""
+        self.counts["closed_over_budget"] += 1
+        self._note(connection, reason=f"closed: over its byte budget for {connection.budget.waited_s:.1f} s "
+                                      f"(--byte-rate {self.byte_rate}, --byte-burst {self.byte_burst}, "
+                                      f"--budget-close-s {self.budget_close_s:g})")
+        connection.hold_reading("closing", True)
+        task = asyncio.ensure_future(connection.close(1008, "over its byte budget"))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
     def _release(self, connection) -> None:
         self.open.discard(connection)
+        self.decoding.forget(connection)
+        self.inference.forget(connection)
+        timer = getattr(connection, "budget_timer", None)
+        if timer is not None:
+            timer.cancel()
         admission = getattr(connection, "admission", None)
         if admission is not None and self.admitted.get(admission.sock.fileno()) is admission:
             self._sweep()
@@ -469,7 +639,6 @@ class PolicyServer:
         return keys
 
     async def _session(self, connection, keys: dict[str, bytes | None]) -> None:
-        loop = asyncio.get_running_loop()
         last_seq, out_seq = 1, 1
 
         async def send(msg: dict) -> None:
@@ -480,8 +649,8 @@ class PolicyServer:
         async for frame in connection:
             try:
                 if len(frame) > OFFLOAD_DECODE_BYTES:  # hashing and decoding a large frame: not on the event loop
-                    msg = await loop.run_in_executor(self.decoder, protocol.decode, frame, keys[protocol.C2S],
-                                                     self.max_frame_bytes)
+                    msg = await self.decoding.run(connection, len(frame), protocol.decode, frame, keys[protocol.C2S],
+                                                  self.max_frame_bytes)
                 else:
                     msg = protocol.decode(frame, keys[protocol.C2S], self.max_frame_bytes)
             except protocol.ProtocolError as e:
@@ -503,8 +672,7 @@ class PolicyServer:
                 kind = msg["type"]
                 if kind == "infer":
                     obs = self._observation(msg.get("obs"), seq)
-                    async with self.lock:
-                        actions, seconds = await asyncio.to_thread(self.policy.infer_timed, obs)
+                    actions, seconds = await self.inference.run(connection, None, self.policy.infer_timed, obs)
                     self.latency.append(seconds)
                     await send(protocol.message("action", 0, request=seq, actions=actions, inference_s=seconds))
                 elif kind == "stats":
@@ -602,7 +770,7 @@ async def _serve(args: ServeArgs, secret: bytes | None, policy) -> None:
     install_log_handler()
     install_log_rate_limit()
     server = PolicyServer(policy, secret, args.max_frame_bytes, args.max_connections, args.max_unauthenticated,
-                          args.hello_timeout_s)
+                          args.hello_timeout_s, args.byte_rate, args.byte_burst, args.budget_close_s)
     stop = asyncio.get_running_loop().create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))

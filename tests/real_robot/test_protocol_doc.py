@@ -79,3 +79,15 @@ def test_documented_limits_are_the_implemented_ones():
     assert " ".join(protocol.ALLOWED_DTYPES) in DOC
     for code in protocol.ERROR_CODES:
         assert f"`{code}`" in DOC
+
+
+def test_documented_byte_budgets_are_the_serve_defaults():
+    from rlrobot.real_robot.server import ServeArgs
+
+    mib = 1024 * 1024
+    assert ServeArgs.byte_burst % mib == 0 and ServeArgs.byte_rate % mib == 0
+    burst, rate = ServeArgs.byte_burst // mib, ServeArgs.byte_rate // mib
+    assert f"`--byte-burst` ({burst} MiB) at once, then `--byte-rate` ({rate} MiB/s)" in DOC
+    assert f"`--budget-close-s` ({ServeArgs.budget_close_s:g} s)" in DOC and "`over its byte budget`" in DOC
+    for field in ("bytes_in", "budget_waits", "closed_over_budget"):
+        assert f"`{field}`" in DOC
