@@ -224,7 +224,6 @@ def _check_device(device: str) -> None:
 @functools.cache
 def config_class(algo: str) -> type[TrainConfig]:
     """The run config of one algorithm: the common fields, its section, its policy kind's section, its inputs."""
-    from rlrobot.algorithms.jsrl import jsrl_run_fields
     from rlrobot.policies.registry import policy_spec
 
     spec = algorithm_spec(algo)
@@ -234,7 +233,7 @@ def config_class(algo: str) -> type[TrainConfig]:
               (policy.config_field, policy.config, field(default_factory=policy.config))]
     name = "TrainConfig_" + spec.name.replace("-", "_")
     # mixins first in the bases: dataclass fields follow the reversed MRO, so the common fields come first in --help
-    cls = dataclasses.make_dataclass(name, fields, bases=(*spec.run_fields, *jsrl_run_fields(spec), TrainConfig))
+    cls = dataclasses.make_dataclass(name, fields, bases=(*spec.run_fields, TrainConfig))
     cls.__module__ = __name__
     cls.__doc__ = f"Train with {spec.name}: {spec.summary}."
     setattr(sys.modules[__name__], name, cls)  # importable by name (pickle, copy)

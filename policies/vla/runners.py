@@ -11,7 +11,7 @@ from rlrobot.runners.sft import SFTRunner
 class VLAFlowRunner(FlowOnPolicyRunner):
     def make_algorithm(self) -> FlowPPO:
         cfg = self.cfg
-        return FlowPPO(self.policy, cfg.flow_ppo, cfg.algo.removeprefix("vla-"), self.device, cfg.num_envs,
+        return FlowPPO(self.policy, cfg.flow_ppo, cfg.spec.flow_variant, self.device, cfg.num_envs,
                        self.obs_specs(self.obs_keys), sync=self.data_parallel)
 
 

@@ -2,13 +2,13 @@
 Adding an algorithm: a new module here, its import below, a preset in ``configs/`` and tests."""
 
 from . import bc, cal_ql, flow_nft, flow_ppo, flow_srpo, fql, iql, ppo, rql, sac, sft  # noqa: F401  (register the built-in algorithms)
-from .flow_ppo import FLOW_VARIANTS, FlowPPO, FlowPPOConfig, InitCheckpoint
+from .flow_ppo import FlowPPO, FlowPPOConfig, InitCheckpoint
 from .ppo import PPO, PPOConfig
 from .registry import AlgorithmConfig, AlgorithmSpec, algorithm_names, algorithm_spec, register_algorithm
 from .sac import SAC, SACConfig
 from .sft import DatasetInput, FlowSFT, SFTConfig
 
-__all__ = ["FLOW_VARIANTS", "PPO", "SAC", "AlgorithmConfig", "AlgorithmSpec", "DatasetInput", "FlowPPO", "FlowPPOConfig",
+__all__ = ["PPO", "SAC", "AlgorithmConfig", "AlgorithmSpec", "DatasetInput", "FlowPPO", "FlowPPOConfig",
            "FlowSFT", "InitCheckpoint", "PPOConfig", "SACConfig", "SFTConfig", "algorithm_names", "algorithm_spec",
            "register_algorithm"]
 
@@ -16,5 +16,5 @@ __all__ = ["FLOW_VARIANTS", "PPO", "SAC", "AlgorithmConfig", "AlgorithmSpec", "D
 # flow_ppo and sft
 from rlrobot.policies.vla import algorithms as _vla_algorithms  # noqa: E402, F401
 
-# warm starts (wsrl, rlpd, cal-ql-online; issue 18) and the process reward model (prm, issue 20)
+# warm starts (wsrl, rlpd, cal-ql-online) and the process reward model (prm)
 from . import prm, wsrl  # noqa: E402, F401

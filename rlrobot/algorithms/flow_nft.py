@@ -51,10 +51,10 @@ import torch
 from torch import nn
 
 from rlrobot.algorithms.flow_ppo import InitCheckpoint, adopt_init_architecture
-from rlrobot.algorithms.policytrim import PolicyTrimInput
 from rlrobot.algorithms.ppo import clipped_value_loss, normalized_advantages
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.algorithms.sft import TIME_SAMPLING, sample_time
+from rlrobot.curricula.execute_length import PolicyTrimInput
 from rlrobot.data.rollout_storage import RolloutStorage
 from rlrobot.domains import Domain, NonNegative, NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
 from rlrobot.policies.flow import FlowPolicy

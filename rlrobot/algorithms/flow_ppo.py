@@ -27,11 +27,13 @@ from torch import nn
 
 from rlrobot.algorithms.ppo import AdaptiveLR, clipped_value_loss, normalized_advantages, validate_ppo_common
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
+from rlrobot.curricula.jump_start import JSRLInput
 from rlrobot.data.rollout_storage import RolloutStorage, masked_mean
 from rlrobot.domains import NonNegative, NonNegativeInt, Positive, PositiveInt, UnitInterval
 from rlrobot.policies.flow import FlowPolicy, gaussian_log_prob
 
-FLOW_VARIANTS = {"flow-noise": "noise", "flow-sde": "sde"}
+FLOW_VARIANTS = ("noise", "sde")
+"""how flow-policy PPO makes the denoising chain stochastic (an algorithm spec's ``flow_variant``)"""
 SDE_MODES = ("hybrid", "full")
 RATIO_LEVELS = ("chunk", "element")
 
@@ -154,10 +156,10 @@ class FlowPPO:
     def __init__(self, policy: FlowPolicy, cfg: FlowPPOConfig, variant: str, device: torch.device, num_envs: int,
                  obs_specs: dict[str, tuple[tuple[int, ...], torch.dtype]], sync=None):
         if variant not in FLOW_VARIANTS:
-            raise ValueError(f"variant={variant!r} is not one of {sorted(FLOW_VARIANTS)}")
+            raise ValueError(f"variant={variant!r} is not one of {FLOW_VARIANTS}")
         self.policy, self.cfg, self.device = policy, cfg, device
         self.sync = sync  # data-parallel reductions (rlrobot.runners.distributed); None in one process
-        self.mode = FLOW_VARIANTS[variant]
+        self.mode = variant
         self.executed_dim = policy.execute_steps * policy.action_dim  # log-probs cover the executed part of the chunk
         value_params = list(policy.value_parameters())
         ids = {id(p) for p in value_params}
@@ -326,8 +328,9 @@ def chain_log_likelihood(policy: FlowPolicy, obs: dict[str, torch.Tensor], chain
     return initial.sum(-1) + log_probs.sum((1, 2))
 
 
-for _name, _what in (("flow-noise", "Flow-Noise PPO (pi_RL): learned per-step noise, exact chain log-probs"),
-                     ("flow-sde", "Flow-SDE PPO (pi_RL): reverse-SDE denoising steps, exact chain log-probs")):
+for _variant, _what in (("noise", "Flow-Noise PPO (pi_RL): learned per-step noise, exact chain log-probs"),
+                        ("sde", "Flow-SDE PPO (pi_RL): reverse-SDE denoising steps, exact chain log-probs")):
     register_algorithm(AlgorithmSpec(
-        name=_name, summary=_what + " (fine-tunes --init)", config_field="flow_ppo", config=FlowPPOConfig,
-        policy_kind="flow", runner="rlrobot.runners.flow_on_policy:FlowOnPolicyRunner", run_fields=(InitCheckpoint,)))
+        name=f"flow-{_variant}", summary=_what + " (fine-tunes --init)", config_field="flow_ppo", config=FlowPPOConfig,
+        policy_kind="flow", runner="rlrobot.runners.flow_on_policy:FlowOnPolicyRunner",
+        run_fields=(InitCheckpoint, JSRLInput), flow_variant=_variant))

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
+from rlrobot.curricula.jump_start import JSRLInput
 from rlrobot.data.rollout_storage import RolloutStorage, masked_mean
 from rlrobot.domains import NonNegative, Positive, PositiveInt, UnitInterval
 from rlrobot.policies.actor_critic import ActorCritic
@@ -333,4 +334,4 @@ class PPO:
 
 register_algorithm(AlgorithmSpec(
     name="ppo", summary="PPO (RSL-RL-grade) on the MLP Gaussian actor-critic", config_field="ppo", config=PPOConfig,
-    policy_kind="actor-critic", runner="rlrobot.runners.on_policy:OnPolicyRunner"))
+    policy_kind="actor-critic", runner="rlrobot.runners.on_policy:OnPolicyRunner", run_fields=(JSRLInput,)))

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
+from rlrobot.curricula.jump_start import JSRLInput
 from rlrobot.data.replay_buffer import ReplayBuffer
 from rlrobot.domains import Finite, NonNegative, NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
 from rlrobot.policies.sac_policy import SACPolicy
@@ -266,4 +267,5 @@ def _fast_adam(device: torch.device) -> dict[str, bool]:
 
 register_algorithm(AlgorithmSpec(
     name="sac", summary="SAC / REDQ with a device replay buffer, high UTD, n-step returns", config_field="sac",
-    config=SACConfig, policy_kind="sac", runner="rlrobot.runners.off_policy:OffPolicyRunner", sac_compatible=True))
+    config=SACConfig, policy_kind="sac", runner="rlrobot.runners.off_policy:OffPolicyRunner", run_fields=(JSRLInput,),
+    sac_compatible=True))

@@ -38,9 +38,9 @@ def run(num_envs: int, rollout_chunks: int, repeats: int, state_dim: int = 27, a
     obs = torch.randn(rollout_chunks, num_envs, state_dim, generator=generator)
     specs = {"state": ((state_dim,), torch.float32)}
     makers = {
-        "flow-noise": lambda p: FlowPPO(p, FlowPPOConfig(rollout_chunks=rollout_chunks), "flow-noise", torch.device("cpu"),
+        "flow-noise": lambda p: FlowPPO(p, FlowPPOConfig(rollout_chunks=rollout_chunks), "noise", torch.device("cpu"),
                                         num_envs, specs),
-        "flow-sde": lambda p: FlowPPO(p, FlowPPOConfig(rollout_chunks=rollout_chunks), "flow-sde", torch.device("cpu"),
+        "flow-sde": lambda p: FlowPPO(p, FlowPPOConfig(rollout_chunks=rollout_chunks), "sde", torch.device("cpu"),
                                       num_envs, specs),
         "flow-nft": lambda p: FlowNFT(p, FlowNFTConfig(rollout_chunks=rollout_chunks), torch.device("cpu"), num_envs, specs),
     }

@@ -4,11 +4,11 @@ the learner acts for the rest, and h shrinks from H to 0 as the learner becomes 
 Works for any learner whose runner steps the training env step by step: PPO, SAC and flow-policy PPO
 (``--jsrl.guide expert|RUN_DIR``). Pieces:
 
-- ``JSRLConfig`` (``--jsrl.*``), added to the run config of those algorithms by ``jsrl_run_fields``.
+- ``JSRLConfig`` (``--jsrl.*``), in the run config of the algorithms whose spec lists ``JSRLInput``.
 - ``GuidedEnv``: a wrapper of the *training* env only (it is built with the training env's wrappers, the evaluation
   env never gets it, so evaluation always runs the learner alone). Per env and on the device it counts the steps of
   the episode, replaces the learner's action by the guide's while ``t < h`` and reports, in
-  ``info[LEARNER_KEY]``, which envs acted with the learner's action at this step. Guide steps always precede learner
+  ``info[POLICY_ACTED]``, which envs acted with the learner's action at this step. Guide steps always precede learner
   steps within an episode (h is fixed per episode in the random variant and only shrinks in the curriculum).
 - ``HorizonCurriculum``: h_s = round(H (n - s) / n) for stages s = 0..n (stage 0: the guide alone for H steps,
   stage n: h = 0, the learner alone). Each finished training episode (the combined guide-then-learner policy, the
@@ -19,7 +19,7 @@ Works for any learner whose runner steps the training env step by step: PPO, SAC
   shrinking the guide's help while nothing is learnt). The curriculum's evaluation is
   the guided training episodes themselves: no extra env steps (the learner-alone evaluation of the run is separate).
   The ``random`` variant draws h uniformly in {0, ..., H-1} for each episode and has no stages.
-- The learner's training data are its own steps only: the runners pass ``info[LEARNER_KEY]`` to the rollout storage
+- The learner's training data are its own steps only: the runners pass ``info[POLICY_ACTED]`` to the rollout storage
   as a mask (PPO / flow-PPO losses and advantage normalisation skip guide steps) and to the replay buffer as ``keep``
   (SAC's replay never receives a guide transition).
 
@@ -47,20 +47,14 @@ import numpy as np
 import torch
 
 from rlrobot.domains import Domain, PositiveInt
+from rlrobot.envs.vec_env import CURRICULUM, POLICY_ACTED
 from rlrobot.sections import Section
 
 if TYPE_CHECKING:
-    from rlrobot.algorithms.registry import AlgorithmSpec
     from rlrobot.config import TrainConfig
 
 GUIDE_EXPERT = "expert"
 VARIANTS = ("curriculum", "random")
-LEARNER_KEY = "jsrl_learner"
-"""info key of the guided env: bool [num_envs], True where the learner's action was executed at this step"""
-JSRL_RUNNERS = ("rlrobot.runners.on_policy:OnPolicyRunner", "rlrobot.runners.off_policy:OffPolicyRunner",
-                "rlrobot.runners.flow_on_policy:FlowOnPolicyRunner")
-"""runners that step the training env one step at a time and pass the learner mask to their storage (Flow-NFT's
-group rollouts are not among them)"""
 STAGES_FILE = "jsrl_stages.json"
 
 
@@ -136,11 +130,6 @@ class JSRLConfig(Section):
 class JSRLInput:
     jsrl: JSRLConfig = field(default_factory=JSRLConfig)
     """Jump-Start RL: a guide rolls in for the first h steps of each training episode"""
-
-
-def jsrl_run_fields(spec: AlgorithmSpec) -> tuple[type, ...]:
-    """``(JSRLInput,)`` for the algorithms whose runner supports a guided training env, else ``()``."""
-    return (JSRLInput,) if spec.runner in JSRL_RUNNERS else ()
 
 
 def horizon_of_stage(horizon: int, stage: int, stages: int) -> int:
@@ -315,7 +304,7 @@ class GuidedEnv:
             guide_action = self.guide.act(self.obs).to(action.dtype)
             action = torch.where(guided[:, None], guide_action, action)
         obs, reward, terminated, truncated, info = self.env.step(action)
-        info[LEARNER_KEY] = ~guided
+        info[POLICY_ACTED] = ~guided
         done = (terminated | truncated).to(self.device)
         self.env_steps += self.env.num_envs
         self.guided_steps += int(guided.sum())
@@ -326,6 +315,7 @@ class GuidedEnv:
         self.guide.episode_done(done)
         self._new_episodes(done)
         self.obs = obs
+        info[CURRICULUM] = self.curriculum_metrics()
         return obs, reward, terminated, truncated, info
 
     def _announce(self) -> None:
@@ -346,7 +336,7 @@ class GuidedEnv:
                 "stage": self.curriculum.stage if self.curriculum else None, "h": self.current_h,
                 "history": self.curriculum.history if self.curriculum else []}
 
-    def jsrl_metrics(self) -> dict[str, float]:
+    def curriculum_metrics(self) -> dict[str, float]:
         """For the runners' logs: h now, the stage, the share of guide steps so far, the moving mean."""
         out = {"jsrl/h": float(self.current_h),
                "jsrl/guided_fraction": self.guided_steps / max(1, self.env_steps)}

@@ -9,6 +9,11 @@ import gymnasium
 import torch
 
 Obs = dict[str, torch.Tensor]
+POLICY_ACTED = "policy_acted"
+"""optional info key: bool [num_envs], False where a wrapper replaced the policy's action at this step (a curriculum's
+guide, an intervention); learners train on the steps their policy chose only"""
+CURRICULUM = "curriculum"
+"""optional info key: {name: float} of a training-env curriculum's state (the runners log the latest)"""
 
 
 @runtime_checkable
@@ -18,7 +23,8 @@ class VecEnv(Protocol):
     ``step`` returns ``(obs, reward, terminated, truncated, info)`` with tensors of shape ``[num_envs, ...]`` on
     ``device``. An env that finishes is reset inside ``step``: ``obs`` is the new episode's first observation,
     ``info["final_obs"]`` the last observation of the finished one, ``info["episode"]`` the statistics of the
-    episodes that finished in this step.
+    episodes that finished in this step. Training-env wrappers may add ``info[POLICY_ACTED]`` and
+    ``info[CURRICULUM]``.
     """
 
     num_envs: int

@@ -26,6 +26,7 @@ import rlrobot
 from rlrobot.checkpoints import load_checkpoint, load_trainer_state, newest_intact_checkpoint, save_checkpoint
 from rlrobot.config import TrainConfig
 from rlrobot.envs.seeds import evaluation_seed, training_seed
+from rlrobot.envs.vec_env import CURRICULUM
 from rlrobot.logging.loggers import Logger
 from rlrobot.logging.plots import plot_learning_curve
 from rlrobot.policies.registry import build_policy, check_compatible, policy_kind_of, policy_metadata
@@ -66,6 +67,7 @@ class Runner(abc.ABC):
         self.env_steps = 0
         self.wall_time = 0.0
         self.initialised_from = ""  # a checkpoint this run fine-tunes (set by the runners that load --init)
+        self.curriculum_metrics: dict[str, float] = {}
         self.obs: dict[str, torch.Tensor] | None = None
         self.recent_returns: deque[float] = deque(maxlen=200)
         self.recent_success: deque[float] = deque(maxlen=200)
@@ -186,6 +188,8 @@ class Runner(abc.ABC):
 
     # ------------------------------------------------------------------ training
     def track_episodes(self, info: dict[str, Any]) -> None:
+        if CURRICULUM in info:  # a training-env curriculum's state (JSRL's guide: h, stage, guided share)
+            self.curriculum_metrics = info[CURRICULUM]
         if "episode" in info:
             self.recent_returns.extend(info["episode"]["return"].tolist())
             self.recent_success.extend(info["episode"]["success"].float().tolist())
@@ -233,7 +237,8 @@ class Runner(abc.ABC):
 
     def _iteration_metrics(self, iteration_metrics: dict[str, float], elapsed: float, per_iteration: int
                            ) -> dict[str, float]:
-        metrics = {"perf/iterations_per_s": 1.0 / elapsed, "time/wall": self.wall_time, **iteration_metrics}
+        metrics = {"perf/iterations_per_s": 1.0 / elapsed, "time/wall": self.wall_time, **iteration_metrics,
+                   **self.curriculum_metrics}
         if per_iteration:
             metrics["perf/env_steps_per_s"] = per_iteration / elapsed
         if self.recent_returns:  # only what was measured: nothing before the first episode ends

@@ -17,11 +17,11 @@ import torch
 
 from rlrobot.algorithms.flow_nft import FlowNFT, group_advantages, step_efficiency_scores
 from rlrobot.algorithms.flow_ppo import FlowPPO
-from rlrobot.algorithms.jsrl import LEARNER_KEY
-from rlrobot.algorithms.policytrim import ExecuteCurriculum
 from rlrobot.checkpoints import load_checkpoint
 from rlrobot.config import TrainConfig
+from rlrobot.curricula.execute_length import ExecuteCurriculum
 from rlrobot.envs.seeds import group_start_seed
+from rlrobot.envs.vec_env import POLICY_ACTED
 from rlrobot.policies.registry import check_compatible
 from rlrobot.rewards import set_steps_per_discount
 from rlrobot.runners.base import Runner, console
@@ -46,8 +46,8 @@ class FlowOnPolicyRunner(Runner):
 
     def make_algorithm(self) -> FlowPPO | FlowNFT:
         cfg = self.cfg
-        return FlowPPO(self.policy, cfg.flow_ppo, cfg.algo, self.device, cfg.num_envs, self.obs_specs(self.obs_keys),
-                       sync=self.data_parallel)
+        return FlowPPO(self.policy, cfg.flow_ppo, cfg.spec.flow_variant, self.device, cfg.num_envs,
+                       self.obs_specs(self.obs_keys), sync=self.data_parallel)
 
     @property
     def section(self):
@@ -62,9 +62,8 @@ class FlowOnPolicyRunner(Runner):
             self.algo.begin_iteration(self.iteration, self.total_iterations)
             update_stats = self.algo.update(self.generator)
         self.algo.storage.clear()
-        jsrl = self.env.jsrl_metrics() if hasattr(self.env, "jsrl_metrics") else {}  # JSRL's guided env: h, stage, share
         return {"perf/rollout_fraction": rollout_time / (time.perf_counter() - start),
-                **{f"loss/{k}": v for k, v in update_stats.items()}, **rollout_stats, **jsrl}
+                **{f"loss/{k}": v for k, v in update_stats.items()}, **rollout_stats}
 
     def _rollout(self) -> dict[str, float]:
         env, policy, algo = self.env, self.policy, self.algo
@@ -80,7 +79,7 @@ class FlowOnPolicyRunner(Runner):
                 learner = None  # JSRL: a chunk is the learner's when its first action was (guide chunks not credited)
                 for j in range(self.execute_steps):
                     next_obs, reward, terminated, truncated, info = env.step(actions[:, j].clamp(-1.0, 1.0))
-                    learner = info.get(LEARNER_KEY) if j == 0 else learner
+                    learner = info.get(POLICY_ACTED) if j == 0 else learner
                     chunk_reward += reward * alive
                     timeout = truncated & alive
                     if timeout.any():  # bootstrap time-outs with the value of the true final observation

@@ -36,7 +36,7 @@ class FlowSRPORunner(FlowOnPolicyRunner):
 
     def make_algorithm(self) -> FlowPPO:
         cfg = self.cfg
-        return FlowPPO(self.policy, cfg.flow_srpo, "flow-noise", self.device, cfg.num_envs, self.obs_specs(self.obs_keys),
+        return FlowPPO(self.policy, cfg.flow_srpo, "noise", self.device, cfg.num_envs, self.obs_specs(self.obs_keys),
                        sync=self.data_parallel)
 
     @property

@@ -19,6 +19,7 @@ import torch
 from rlrobot.algorithms.sac import SAC
 from rlrobot.checkpoints import load_extra_file
 from rlrobot.config import TrainConfig
+from rlrobot.envs.vec_env import POLICY_ACTED
 from rlrobot.runners.base import Runner, console
 
 REPLAY_FILE = "replay"
@@ -113,7 +114,7 @@ class OffPolicyRunner(Runner):
                 next_obs, reward, terminated, truncated, info = env.step(action)
                 # keep: JSRL's guided env marks the learner's own steps; a guide's transition never enters the replay
                 self.replay.add(obs, action, reward, terminated, truncated, next_obs, info["final_obs"],
-                                keep=info.get("jsrl_learner"))
+                                keep=info.get(POLICY_ACTED))
                 policy.update_normalizer(self.gather_obs({key: obs[key]}))
                 self.track_episodes(info)
                 obs = next_obs

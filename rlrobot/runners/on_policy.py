@@ -1,7 +1,7 @@
 """On-policy runner: rollout (under inference mode) -> PPO update -> log / evaluate / checkpoint, resumable.
 
-With ``--jsrl.guide`` the training env is JSRL's guided env (rlrobot.algorithms.jsrl): its ``info[LEARNER_KEY]``
-becomes the storage's mask, so the guide's steps stay out of PPO's losses (the learner's own steps only)."""
+A training-env wrapper that replaces the policy's action (JSRL's guide) marks those steps in ``info[POLICY_ACTED]``,
+which becomes the storage's mask: PPO trains on the steps its policy chose only."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 
 import torch
 
-from rlrobot.algorithms.jsrl import LEARNER_KEY
 from rlrobot.algorithms.ppo import PPO
 from rlrobot.config import TrainConfig
+from rlrobot.envs.vec_env import POLICY_ACTED
 from rlrobot.runners.base import Runner
 
 
@@ -27,11 +27,8 @@ class OnPolicyRunner(Runner):
         rollout_stats = self._rollout()
         rollout_time = time.perf_counter() - start
         update_stats = self.update()
-        metrics = {"perf/rollout_fraction": rollout_time / (time.perf_counter() - start),
-                   **{f"loss/{k}": v for k, v in update_stats.items()}, **rollout_stats}
-        if hasattr(self.env, "jsrl_metrics"):  # JSRL's guided env: h, stage, guided share
-            metrics.update(self.env.jsrl_metrics())
-        return metrics
+        return {"perf/rollout_fraction": rollout_time / (time.perf_counter() - start),
+                **{f"loss/{k}": v for k, v in update_stats.items()}, **rollout_stats}
 
     def update(self) -> dict[str, float]:
         """PPO update, then the normaliser sees the rollout's observations; all cores while the simulator is idle."""
@@ -58,7 +55,7 @@ class OnPolicyRunner(Runner):
                     # bootstrap time-outs with the value of the true final observation (same-step autoreset)
                     final_value = policy.value(info["final_obs"])
                     reward = reward + gamma * final_value * truncated.float()
-                algo.storage.add({k: obs[k] for k in keys}, info.get(LEARNER_KEY), actions=action, log_probs=log_prob,
+                algo.storage.add({k: obs[k] for k in keys}, info.get(POLICY_ACTED), actions=action, log_probs=log_prob,
                                  values=value, rewards=reward, dones=done.float(), action_mean=mean,
                                  action_std=std)
                 self.track_episodes(info)

@@ -224,7 +224,7 @@ def test_bad_settings_are_refused(field, value, match):
 
 
 def test_execute_curriculum_advances_only_when_its_rule_holds():
-    from rlrobot.algorithms.policytrim import ExecuteCurriculum, PolicyTrimConfig
+    from rlrobot.curricula.execute_length import ExecuteCurriculum, PolicyTrimConfig
 
     c = ExecuteCurriculum(PolicyTrimConfig(curriculum=True, step=2, window=4, tolerance=0.1, min_iterations=2),
                           execute_steps=1, chunk_size=4)

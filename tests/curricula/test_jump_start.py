@@ -1,4 +1,4 @@
-"""JSRL (rlrobot.algorithms.jsrl): the stage rule, the random variant's h, learner-only training data (PPO storage
+"""JSRL (rlrobot.curricula.jump_start): the stage rule, the random variant's h, learner-only training data (PPO storage
 mask, SAC replay), learner-alone evaluation, resume mid-curriculum, and one-line errors for bad input. Real MuJoCo
 tasks (so101-reach with its scripted expert), tiny networks."""
 
@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from rlrobot.algorithms.jsrl import LEARNER_KEY, STAGES_FILE, GuidedEnv, HorizonCurriculum, horizon_of_stage
 from rlrobot.algorithms.ppo import PPOConfig
 from rlrobot.algorithms.sac import SACConfig
 from rlrobot.config import train_config
+from rlrobot.curricula.jump_start import STAGES_FILE, GuidedEnv, HorizonCurriculum, horizon_of_stage
 from rlrobot.data.rollout_storage import masked_mean
+from rlrobot.envs.vec_env import POLICY_ACTED
 from rlrobot.policies.actor_critic import ActorCriticConfig
 from rlrobot.policies.sac_policy import SACPolicyConfig
 
@@ -20,7 +21,7 @@ EPISODE = 10
 
 
 def ppo_cfg(out, total_steps=8 * 20 * 2, **jsrl):
-    from rlrobot.algorithms.jsrl import JSRLConfig
+    from rlrobot.curricula.jump_start import JSRLConfig
 
     kw = {k: jsrl.pop(k) for k in ("resume", "task", "max_episode_steps", "num_envs") if k in jsrl}
     kw.setdefault("max_episode_steps", EPISODE)
@@ -97,7 +98,7 @@ def test_random_variant_draws_h_uniformly_below_H():
     h0 = env.h.clone()
     for t in range(EPISODE):
         _, _, _, _, info = env.step(torch.zeros(64, env.single_action_space.shape[0]))
-        assert torch.equal(info[LEARNER_KEY], ~(t < h0))
+        assert torch.equal(info[POLICY_ACTED], ~(t < h0))
 
 
 # ---------------------------------------------------------------------- learner-only training data
@@ -137,7 +138,7 @@ def test_ppo_storage_masks_out_the_guide_steps_and_gae_still_runs_through(tmp_pa
 
 
 def test_sac_replay_never_receives_a_guide_transition(tmp_path):
-    from rlrobot.algorithms.jsrl import JSRLConfig
+    from rlrobot.curricula.jump_start import JSRLConfig
     from rlrobot.runners.off_policy import OffPolicyRunner
 
     cfg = train_config("sac", task="so101-reach", num_envs=4, total_steps=4 * 20, seed=5, out=str(tmp_path / "sac"),
@@ -210,7 +211,7 @@ def test_bad_input_is_one_line_error(tmp_path, jsrl, message):
 
 
 def test_expert_guide_needs_a_task_with_an_expert():
-    from rlrobot.algorithms.jsrl import JSRLConfig
+    from rlrobot.curricula.jump_start import JSRLConfig
 
     cfg = train_config("ppo", task="gym:Pendulum-v1", jsrl=JSRLConfig(guide="expert", horizon=10))
     with pytest.raises(ValueError, match=r"jsrl.guide=expert: task 'gym:Pendulum-v1' has no scripted expert"):

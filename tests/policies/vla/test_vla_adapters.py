@@ -104,7 +104,7 @@ def test_chain_log_probs_equal_independent_per_step_gaussians(variant, tiny_dirs
 def test_flow_ppo_update_ratio_one_and_parameters_move(variant, tiny_dirs, lift, tmp_path):
     """One Flow-Noise and one Flow-SDE (hybrid) PPO update on a real so101-lift rollout batch: the first minibatch's
     ratios are 1, every trainable part (VLM, expert, noise and value heads) moves."""
-    for algo in ("flow-noise", "flow-sde"):
+    for algo in ("noise", "sde"):
         policy = _policy(tiny_dirs, lift, variant)
         env = make("so101-lift", 4, **TASK)
         obs, _ = env.reset(seed=0)
@@ -130,7 +130,7 @@ def test_flow_ppo_update_ratio_one_and_parameters_move(variant, tiny_dirs, lift,
         moved = {n for n, p in policy.named_parameters() if not torch.equal(before[n], p)}
         assert any(n.startswith("value_head") for n in moved)
         assert any(n.startswith("lerobot.model.") for n in moved), "the VLA's own weights must train"
-        if algo == "flow-noise":
+        if algo == "noise":
             assert any(n.startswith("noise_head") for n in moved)
             # save -> reload (a fresh build from the pretrained directory + the saved weights): identical actions
             path = tmp_path / f"{variant}.safetensors"
