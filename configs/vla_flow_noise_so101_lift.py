@@ -4,8 +4,8 @@ whose features are observation.state [33], observation.images.front / .wrist and
 critic warmed up first, one pass per rollout. Sized for a GPU (64 envs, add --device cuda); on CPU use LoRA
 and a few envs."""
 
+from rlrobot.algorithms.vla import VLAFlowPPOConfig
 from rlrobot.config import TrainConfig, train_config
-from rlrobot.policies.vla.algorithms import VLAFlowPPOConfig
 
 
 def vla_ppo_preset(algo: str) -> TrainConfig:

@@ -93,6 +93,20 @@ def build_policy(meta: dict[str, Any], run: TrainConfig) -> torch.nn.Module:
     return spec.build(meta, getattr(run, spec.config_field))
 
 
+def policy_from_checkpoint(path: str, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, dict[str, Any], Any]:
+    """(the policy of a checkpoint or run directory, built from its own saved policy section, weights loaded; its
+    config.json contents; the checkpoint directory)."""
+    from rlrobot.checkpoints import load_checkpoint, load_section, saved_train
+
+    weights, saved, ckpt = load_checkpoint(path)
+    spec = policy_spec(policy_kind_of(saved))
+    section = load_section(saved, spec.config_field, spec.config) if spec.config_field in saved_train(saved) \
+        else spec.config()
+    policy = spec.build(saved, section)
+    policy.load_state_dict(weights)
+    return policy.to(device), saved, ckpt
+
+
 def check_compatible(saved: dict[str, Any], current: dict[str, Any]) -> None:
     """A checkpoint drives an env only if it was trained on the same spaces and control mode."""
     problems = []

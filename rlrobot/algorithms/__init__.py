@@ -12,9 +12,6 @@ __all__ = ["PPO", "SAC", "AlgorithmConfig", "AlgorithmSpec", "DatasetInput", "Fl
            "FlowSFT", "InitCheckpoint", "PPOConfig", "SACConfig", "SFTConfig", "algorithm_names", "algorithm_spec",
            "register_algorithm"]
 
-# the LeRobot VLA algorithms (vla-sft, vla-flow-noise, vla-flow-sde) live beside their adapters; last, as they build on
-# flow_ppo and sft
-from rlrobot.policies.vla import algorithms as _vla_algorithms  # noqa: E402, F401
-
+# the LeRobot VLA algorithms (vla-sft, vla-flow-noise, vla-flow-sde; vla-token-ppo), which build on flow_ppo and sft
 # warm starts (wsrl, rlpd, cal-ql-online) and the process reward model (prm)
-from . import prm, wsrl  # noqa: E402, F401
+from . import prm, token_ppo, vla, wsrl  # noqa: E402, F401  # noqa: E402, F401

@@ -48,6 +48,8 @@ import torch
 
 from rlrobot.domains import Domain, PositiveInt
 from rlrobot.envs.vec_env import CURRICULUM, POLICY_ACTED
+from rlrobot.policies.chunking import ChunkedActor
+from rlrobot.policies.registry import check_compatible, policy_from_checkpoint, policy_metadata
 from rlrobot.sections import Section
 
 if TYPE_CHECKING:
@@ -207,20 +209,12 @@ class PolicyGuide:
     """A trained policy from a checkpoint, deterministic; chunk policies run through per-env chunk queues."""
 
     def __init__(self, path: str, env, run: TrainConfig):
-        from rlrobot.checkpoints import load_checkpoint
-        from rlrobot.config import config_from_checkpoint
-        from rlrobot.policies.registry import build_policy, check_compatible, policy_metadata
-        from rlrobot.runners.evaluation import ChunkedActor
-
-        weights, saved, ckpt = load_checkpoint(path)
+        self.policy, saved, ckpt = policy_from_checkpoint(path, env.device)
         try:
             check_compatible(saved, policy_metadata(run, env))
         except ValueError as e:
             raise ValueError(f"jsrl.guide={path!r}: {e}") from e
-        cfg = config_from_checkpoint(saved)
-        self.policy = build_policy(saved, cfg)
-        self.policy.load_state_dict(weights)
-        self.policy.to(env.device).eval()
+        self.policy.eval()
         self.checkpoint = ckpt
         self.chunked = ChunkedActor(self.policy, env.num_envs) if hasattr(self.policy, "sample_actions") else None
 

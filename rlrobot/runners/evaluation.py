@@ -14,6 +14,7 @@ import torch
 
 from rlrobot.envs.vec_env import VecEnv
 from rlrobot.envs.wrappers import VideoRecorder
+from rlrobot.policies.chunking import ChunkedActor
 
 
 class EpisodeSlots:
@@ -141,30 +142,3 @@ def success_table(labels: list[str], success: list[bool]) -> dict[str, dict[str,
         hits = [s for lab, s in zip(labels, success, strict=True) if lab == label]
         table[label] = {"episodes": len(hits), "success_rate": float(np.mean(hits))}
     return table
-
-
-class ChunkedActor:
-    """Per-env queues of planned actions for a chunk policy, all planned in one batched call when any env needs one."""
-
-    def __init__(self, policy, num_envs: int, execute_steps: int | None = None):
-        self.policy = policy
-        self.execute_steps = execute_steps or getattr(policy, "execute_steps", None) or policy.chunk_size
-        self.plan: torch.Tensor | None = None
-        self.position = torch.full((num_envs,), self.execute_steps, dtype=torch.long)
-
-    @torch.no_grad()
-    def act(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
-        need = self.position >= self.execute_steps
-        if bool(need.any()):
-            chunk = self.policy.sample_actions(obs, deterministic=deterministic)
-            self.position = self.position.to(chunk.device)
-            need = need.to(chunk.device)
-            self.plan = chunk if self.plan is None else torch.where(need[:, None, None], chunk, self.plan)
-            self.position[need] = 0
-        rows = torch.arange(len(self.position), device=self.position.device)
-        action = self.plan[rows, self.position]
-        self.position += 1
-        return action.clamp(-1.0, 1.0)
-
-    def episode_done(self, done: torch.Tensor) -> None:
-        self.position[done.to(self.position.device)] = self.execute_steps

@@ -15,8 +15,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 pytest.importorskip("lerobot", reason="lerobot is not installed (the vla extra, Python >= 3.12; .ci/run runs these in .venv-vla)")
 
 import rlrobot  # noqa: E402
+from rlrobot.algorithms.token_ppo import TokenPPO, TokenPPOConfig, collect  # noqa: E402
 from rlrobot.policies.vla.pi0_fast import build_tiny_pi0_fast, load_pi0_fast  # noqa: E402
-from rlrobot.policies.vla.token_ppo import TokenPPO, TokenPPOConfig, collect  # noqa: E402
 
 from .test_fast_tokenizer import expert_chunks  # noqa: E402
 

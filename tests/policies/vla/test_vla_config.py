@@ -128,7 +128,7 @@ def test_cli_refuses_bad_vla_input_before_compute(tmp_path, capsys, args, messag
 
 def _init_run(tmp_path, **vla):
     """An rlrobot vla-sft run's config.json (what --init reads) over a LeRobot-shaped directory."""
-    from rlrobot.policies.vla.algorithms import prepare_vla
+    from rlrobot.algorithms.vla import prepare_vla
 
     sft = config_class("vla-sft")(task="so101-lift", obs_mode="state+rgb", control_mode="joint_pos")
     sft.vla = VLAConfig(path=str(lerobot_dir(tmp_path, cameras=("front", "wrist"))), **vla)
@@ -143,7 +143,7 @@ def _init_run(tmp_path, **vla):
 def test_init_keeps_this_runs_noise_bounds_and_refuses_another_architecture(tmp_path):
     """--init adopts the SFT run's --vla section; run settings given on the RL run (noise bounds, execute steps)
     win, fields that shape the weights must agree (the noise bounds were silently replaced before)."""
-    from rlrobot.policies.vla.algorithms import prepare_vla
+    from rlrobot.algorithms.vla import prepare_vla
 
     init, init_vla = _init_run(tmp_path)
 

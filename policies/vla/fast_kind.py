@@ -1,8 +1,6 @@
-"""``--algo vla-token-ppo``: token-level PPO (VLA-RL) of a LeRobot pi0-FAST directory (``--vla-fast.path DIR``, as
-written by ``build_tiny_pi0_fast``: LeRobot's save_pretrained + our fitted FAST tokenizer), and the ``vla-fast`` policy
-kind that checkpoints, evaluation and ``rlrobot serve`` rebuild it through.
-
-    rlrobot train --algo vla-token-ppo --task so101-lift --control-mode ee_delta --vla-fast.path DIR --num-envs 4
+"""The ``vla-fast`` policy kind: a LeRobot pi0-FAST directory (``--vla-fast.path DIR``, as written by
+``build_tiny_pi0_fast``: LeRobot's save_pretrained + our fitted FAST tokenizer) that checkpoints, evaluation and
+``rlrobot serve`` rebuild; ``--algo vla-token-ppo`` (``rlrobot.algorithms.token_ppo``) trains it.
 """
 
 from __future__ import annotations
@@ -12,12 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.domains import PositiveInt
 from rlrobot.policies.registry import PolicySpec, register_policy
 from rlrobot.sections import Section
-
-from .token_ppo import TokenPPOConfig
 
 
 @dataclass
@@ -57,29 +52,3 @@ def _build(meta: dict[str, Any], cfg: VLAFastConfig):
 
 
 register_policy(PolicySpec("vla-fast", "vla_fast", VLAFastConfig, _build))
-
-
-@dataclass
-class VLATokenPPOConfig(TokenPPOConfig, AlgorithmConfig):
-    def validate(self, run=None) -> None:
-        TokenPPOConfig.validate(self)
-        if run is not None and (run.num_envs * self.rollout_chunks) % self.num_minibatches:
-            raise ValueError(f"num_envs x token_ppo.rollout_chunks = {run.num_envs * self.rollout_chunks} must be divisible "
-                             f"by token_ppo.num_minibatches={self.num_minibatches}")
-
-    def env_steps_per_iteration(self, run) -> int:
-        try:
-            chunk = run.vla_fast.chunk_size()
-        except (ValueError, OSError, KeyError):
-            chunk = 1  # a bad path is reported by prepare()
-        return run.num_envs * self.rollout_chunks * chunk
-
-    def prepare(self, run) -> None:
-        run.vla_fast.validate()
-        run.vla_fast.chunk_size()  # the directory is a pi0-FAST one, before anything is built
-
-
-register_algorithm(AlgorithmSpec(
-    name="vla-token-ppo", summary="token-level PPO (VLA-RL) of a LeRobot pi0-FAST from --vla-fast.path",
-    config_field="token_ppo", config=VLATokenPPOConfig, policy_kind="vla-fast",
-    runner="rlrobot.policies.vla.token_runner:TokenPPORunner"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlrobot.policies.vla.token_ppo import TokenPPOConfig, collect
+from rlrobot.algorithms.token_ppo import TokenPPOConfig, collect
 
 
 class TwoStateChain:

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
+from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.domains import NonNegative, Positive, PositiveInt, UnitInterval
-
-from .pi0_fast import TokenVLAPolicy
+from rlrobot.policies.vla.pi0_fast import TokenVLAPolicy
 
 
 @dataclass
@@ -144,3 +144,29 @@ class TokenPPO:
                 stats.update(policy_loss=policy_loss.item(), value_loss=value_loss.item(), entropy=entropy_mean.item(),
                              clip_frac=float((((ratio - 1).abs() > cfg.clip).float() * mask).sum() / tokens))
         return stats
+
+
+@dataclass
+class VLATokenPPOConfig(TokenPPOConfig, AlgorithmConfig):
+    def validate(self, run=None) -> None:
+        TokenPPOConfig.validate(self)
+        if run is not None and (run.num_envs * self.rollout_chunks) % self.num_minibatches:
+            raise ValueError(f"num_envs x token_ppo.rollout_chunks = {run.num_envs * self.rollout_chunks} must be divisible "
+                             f"by token_ppo.num_minibatches={self.num_minibatches}")
+
+    def env_steps_per_iteration(self, run) -> int:
+        try:
+            chunk = run.vla_fast.chunk_size()
+        except (ValueError, OSError, KeyError):
+            chunk = 1  # a bad path is reported by prepare()
+        return run.num_envs * self.rollout_chunks * chunk
+
+    def prepare(self, run) -> None:
+        run.vla_fast.validate()
+        run.vla_fast.chunk_size()  # the directory is a pi0-FAST one, before anything is built
+
+
+register_algorithm(AlgorithmSpec(
+    name="vla-token-ppo", summary="token-level PPO (VLA-RL) of a LeRobot pi0-FAST from --vla-fast.path",
+    config_field="token_ppo", config=VLATokenPPOConfig, policy_kind="vla-fast",
+    runner="rlrobot.runners.token_ppo:TokenPPORunner"))

@@ -3,9 +3,8 @@ decoding over the envs, then token-level PPO epochs."""
 
 from __future__ import annotations
 
+from rlrobot.algorithms.token_ppo import TokenPPO, collect
 from rlrobot.runners.base import Runner
-
-from .token_ppo import TokenPPO, collect
 
 
 class TokenPPORunner(Runner):

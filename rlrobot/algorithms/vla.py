@@ -9,13 +9,16 @@ learners and runners as the in-house flow policy (they only use the FlowPolicy p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from rlrobot.algorithms.flow_ppo import FlowPPOConfig
 from rlrobot.algorithms.ppo import validate_ppo_common
 from rlrobot.algorithms.registry import AlgorithmSpec, register_algorithm
 from rlrobot.algorithms.sft import DatasetInput, SFTConfig
-
-from . import config as vla_config
+from rlrobot.checkpoints import load_config, load_section
+from rlrobot.policies.registry import policy_kind_of
+from rlrobot.policies.vla import config as vla_config
+from rlrobot.policies.vla.config import VLAConfig
 
 
 @dataclass
@@ -43,17 +46,11 @@ def prepare_vla(run) -> None:
     """``--init`` (an rlrobot VLA run) adopts its ``--vla`` section, keeping ``VLA_RUN_SETTINGS`` given on this run and
     refusing other fields that differ from it; then the checkpoint fills and checks the rest."""
     if isinstance(run, VLAInit) and run.init and not run.resume:
-        from pathlib import Path
-
-        from rlrobot.checkpoints import load_config
-        from rlrobot.config import config_from_checkpoint
-        from rlrobot.policies.registry import policy_kind_of
-
         saved = load_config(run.init)
         kind = policy_kind_of(saved)
         if kind != "vla":
             raise ValueError(f"init={run.init!r} holds a {kind!r} policy; algo={run.algo!r} fine-tunes a 'vla' policy")
-        init_vla, defaults = config_from_checkpoint(saved).vla, type(run.vla)()
+        init_vla, defaults = load_section(saved, "vla", VLAConfig), type(run.vla)()
         for name in vars(defaults):
             ours, theirs = getattr(run.vla, name), getattr(init_vla, name)
             if ours == getattr(defaults, name):
@@ -111,7 +108,7 @@ class VLASFTConfig(SFTConfig):
         prepare_vla(run)
 
 
-_RUNNERS = "rlrobot.policies.vla.runners"
+_RUNNERS = "rlrobot.runners.vla"
 for _name, _what in (("vla-flow-noise", "Flow-Noise PPO (pi_RL) of a LeRobot VLA (pi0 / pi0.5 / SmolVLA) from --vla.path"),
                      ("vla-flow-sde", "Flow-SDE PPO (pi_RL) of a LeRobot VLA (pi0 / pi0.5 / SmolVLA) from --vla.path")):
     register_algorithm(AlgorithmSpec(
@@ -122,4 +119,3 @@ register_algorithm(AlgorithmSpec(
     config_field="sft", config=VLASFTConfig, policy_kind="vla", runner=f"{_RUNNERS}:VLASFTRunner",
     run_fields=(DatasetInput, VLASection)))
 
-from . import token_algorithm  # noqa: E402, F401  (pi0-FAST: the vla-fast policy kind and --algo vla-token-ppo)
