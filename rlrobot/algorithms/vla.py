@@ -109,11 +109,11 @@ class VLASFTConfig(SFTConfig):
 
 
 _RUNNERS = "rlrobot.runners.vla"
-for _name, _what in (("vla-flow-noise", "Flow-Noise PPO (pi_RL) of a LeRobot VLA (pi0 / pi0.5 / SmolVLA) from --vla.path"),
-                     ("vla-flow-sde", "Flow-SDE PPO (pi_RL) of a LeRobot VLA (pi0 / pi0.5 / SmolVLA) from --vla.path")):
+for _variant, _what in (("noise", "Flow-Noise PPO (pi_RL) of a LeRobot VLA (pi0 / pi0.5 / SmolVLA) from --vla.path"),
+                        ("sde", "Flow-SDE PPO (pi_RL) of a LeRobot VLA (pi0 / pi0.5 / SmolVLA) from --vla.path")):
     register_algorithm(AlgorithmSpec(
-        name=_name, summary=_what, config_field="flow_ppo", config=VLAFlowPPOConfig, policy_kind="vla",
-        runner=f"{_RUNNERS}:VLAFlowRunner", run_fields=(VLAInit, VLASection)))
+        name=f"vla-flow-{_variant}", summary=_what, config_field="flow_ppo", config=VLAFlowPPOConfig, policy_kind="vla",
+        runner=f"{_RUNNERS}:VLAFlowRunner", run_fields=(VLAInit, VLASection), flow_variant=_variant))
 register_algorithm(AlgorithmSpec(
     name="vla-sft", summary="flow-matching SFT of a LeRobot VLA (pi0 / pi0.5 / SmolVLA) on a LeRobotDataset",
     config_field="sft", config=VLASFTConfig, policy_kind="vla", runner=f"{_RUNNERS}:VLASFTRunner",

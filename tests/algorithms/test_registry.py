@@ -144,3 +144,12 @@ def test_train_help_shows_only_the_algorithms_options(algo, shown, hidden):
         assert flag in out, flag
     for flag in hidden:
         assert flag not in out, flag
+
+
+def test_every_flow_policy_ppo_algorithm_names_its_flow_variant():
+    from rlrobot.algorithms.flow_ppo import FLOW_VARIANTS
+    from rlrobot.algorithms.registry import ALGORITHMS
+
+    flow_ppo = [spec for spec in ALGORITHMS.specs() if spec.runner.endswith((":VLAFlowRunner", ":FlowOnPolicyRunner"))]
+    assert {spec.name for spec in flow_ppo} == {"flow-noise", "flow-sde", "vla-flow-noise", "vla-flow-sde"}
+    assert all(spec.flow_variant in FLOW_VARIANTS for spec in flow_ppo)
