@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rlrobot.envs.registry import is_adapter_task
+
 if TYPE_CHECKING:
     from rlrobot.config import TrainConfig
 
@@ -81,7 +83,7 @@ def policy_metadata(run: TrainConfig, env) -> dict[str, Any]:
         "action_dim": int(env.single_action_space.shape[0]),
         "observation_space": {k: list(v.shape) for k, v in space.spaces.items()},
         "action_space": list(env.single_action_space.shape),
-        "control_mode": run.control_mode if ":" not in run.task else None,
+        "control_mode": run.control_mode if not is_adapter_task(run.task) else None,
         "control_dt": float(getattr(env, "control_dt", 0.0)),
         "rlrobot_version": rlrobot.__version__,
     }

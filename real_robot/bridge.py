@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 
 import rlrobot
+from rlrobot.envs.registry import is_adapter_task
 
 
 class TaskBridge:
     def __init__(self, task: str, control_mode: str):
-        if ":" in task:
+        if is_adapter_task(task):
             raise ValueError(f"task={task!r}: only native rlrobot tasks (e.g. so101-reach) have a robot-side model")
         self.task, self.control_mode = task, control_mode
         self.shadow = rlrobot.make(task, 1, control_mode=control_mode, num_threads=1, obs_mode="state")

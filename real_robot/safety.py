@@ -40,7 +40,6 @@ import numpy as np
 
 log = logging.getLogger("rlrobot.safety")
 
-WATCHDOG_STATES = ("ok", "hold", "disable")
 
 
 class SafetyLatched(RuntimeError):

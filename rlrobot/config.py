@@ -18,6 +18,14 @@ from typing import Any, Literal
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, algorithm_spec
 from rlrobot.checkpoints import CONFIG_VERSION, build_dataclass, upgrade_config
 from rlrobot.domains import NonNegativeInt, PositiveInt, check_domains
+from rlrobot.envs.registry import (
+    check_task_option,
+    is_adapter_task,
+    resolve_backend,
+    task_spec,
+    validate_task_id,
+    validate_task_modes,
+)
 from rlrobot.rewards import RewardConfig
 from rlrobot.sections import Section
 
@@ -111,14 +119,12 @@ class TrainConfig:
         """The episode length of the task (None where the adapter decides it)."""
         if self.max_episode_steps:
             return self.max_episode_steps
-        if ":" in self.task:
+        if is_adapter_task(self.task):
             return None
-        from rlrobot.envs.registry import task_spec
-
         return task_spec(self.task).default_max_episode_steps
 
     def task_options(self) -> dict[str, Any]:
-        if ":" in self.task:
+        if is_adapter_task(self.task):
             opts: dict[str, Any] = {}
             if self.max_episode_steps:
                 opts["max_episode_steps"] = self.max_episode_steps
@@ -152,8 +158,6 @@ class TrainConfig:
     def validate(self) -> None:
         """Every bad value is reported with the field name and the allowed values, before any compute. No I/O and no
         changes to the config (``prepare`` in the algorithm does those)."""
-        from rlrobot.envs.registry import resolve_backend, validate_task_id, validate_task_modes
-
         spec = self.spec  # an unknown algo is refused here with the registered names
         if type(self) is not config_class(self.algo):
             raise ValueError(f"algo={self.algo!r} needs its own config class (rlrobot.config.config_class({self.algo!r})); "
@@ -161,15 +165,12 @@ class TrainConfig:
         check_domains(self)  # every numeric field inside its declared domain (finite, positive, a share, ...)
         validate_task_id(self.task)
         resolve_backend(self.task, self.backend)
-        if ":" not in self.task:
+        if not is_adapter_task(self.task):
             validate_task_modes(self.task, obs_mode=self.obs_mode, reward_mode=self.reward_mode,
                                 control_mode=self.control_mode)
-        if self.servo_limits and not _is_so101_task(self.task):
-            raise ValueError(f"servo_limits applies to the SO-101 tasks (so101-*), not task={self.task!r}")
-        if self.instruction is not None:
-            from rlrobot.tasks.so101_suite import check_task_instruction
-
-            check_task_instruction(self.task, self.instruction)
+        for name, value in (("servo_limits", self.servo_limits or None), ("instruction", self.instruction)):
+            if value is not None:  # task options: the task's spec says whether it takes them and what it accepts
+                check_task_option(self.task, name, value)
         for name in ("num_envs", "eval_episodes", "eval_envs", "torch_threads", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -238,19 +239,6 @@ def config_class(algo: str) -> type[TrainConfig]:
     cls.__doc__ = f"Train with {spec.name}: {spec.summary}."
     setattr(sys.modules[__name__], name, cls)  # importable by name (pickle, copy)
     return cls
-
-
-def _is_so101_task(task: str) -> bool:
-    """A native task built on the SO-101 arm scene (what takes the SO-101 options such as ``servo_limits``)."""
-    if ":" in task:
-        return False
-    import inspect
-
-    from rlrobot.envs.registry import task_spec
-    from rlrobot.tasks.so101 import SO101Env
-
-    entry = task_spec(task).entry_point
-    return inspect.isclass(entry) and issubclass(entry, SO101Env)
 
 
 def train_config(algo: str = "ppo", **fields: Any) -> TrainConfig:

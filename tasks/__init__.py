@@ -6,4 +6,4 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 # native task modules register their tasks with rlrobot.envs.registry on import
-from . import locomotion, so101, so101_suite  # noqa: E402, F401
+from . import locomotion, so101, so101_suite, so101_variants  # noqa: E402, F401

@@ -735,4 +735,4 @@ class SO101Lift(SO101Env):
 TASKS: dict[str, type[SO101Env]] = {cls.task_name: cls for cls in (SO101Reach, SO101Push, SO101Lift)}
 for _cls in TASKS.values():
     register_task(TaskSpec(_cls.task_name, _cls, SO101_OBS_MODES, _cls.reward_modes, CONTROL_MODES,
-                           _cls.default_max_episode_steps))
+                           _cls.default_max_episode_steps, options=("servo_limits",)))

@@ -630,7 +630,8 @@ SUITE_TASKS: dict[str, type[SO101Suite]] = {
     cls.task_name: cls for cls in (SO101Suite, SO101PickPlace, SO101PushTo, SO101Stack, SO101LongHorizon)}
 for _cls in SUITE_TASKS.values():
     register_task(TaskSpec(_cls.task_name, _cls, SO101_OBS_MODES, REWARD_MODES, CONTROL_MODES,
-                           _cls.default_max_episode_steps))
+                           _cls.default_max_episode_steps, options=("servo_limits", "instruction"),
+                           check_option=lambda task, name, value: check_task_instruction(task, value)))
 
 
 def write_embedding_table(path: Path = EMBEDDINGS_TABLE) -> None:

@@ -63,7 +63,7 @@ def test_train_resume_eval_round_trip(tmp_path):
     (["--algo", "sac", "--sac.batch-size", "100000"], "larger than the replay contents at learning start"),
     (["--algo", "sac", "--sac.buffer-size", "8"], "smaller than num_envs"),
     (["--algo", "sac", "--sac.actor-q", "max"], "invalid choice 'max'"),
-    (["--instruction", "put the red cube in the bin"], "instruction is for the language-suite tasks"),
+    (["--instruction", "put the red cube in the bin"], "instruction applies to the tasks so101-long-horizon"),
     (["--task", "so101-pick-place", "--instruction", "put the red cube in the box"], "is not one of the 12 instructions"),
 ])
 def test_bad_input_is_rejected_before_compute(tmp_path, args, message):
@@ -133,7 +133,7 @@ def test_eval_overrides_a_flow_policys_sampling_and_reports_chunk_use(tmp_path):
     length (PolicyTrim's and few-step NFT's measurements); the result says what ran and what a chunk cost."""
     from pathlib import Path
 
-    from rlrobot.cli import EvalArgs, evaluate_checkpoint
+    from rlrobot.commands.eval import EvalArgs, evaluate_checkpoint
 
     fixtures = Path(__file__).parent / "fixtures" / "runs_v0_1"
     result = evaluate_checkpoint(EvalArgs(checkpoint=str(fixtures / "sft"), episodes=2, num_envs=2, video=False,

@@ -1,4 +1,4 @@
-"""What a new user trips over (issue 15), each through the real CLI or runner: resume takes the directory given,
+"""What a new user trips over, each through the real CLI or runner: resume takes the directory given,
 damaged checkpoints are named and skipped, Ctrl-C checkpoints at the iteration boundary, metrics stay monotonic,
 resume refuses flags it cannot honour, budgets and devices are checked before compute, help and version."""
 
@@ -13,7 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from rlrobot.checkpoints import resolve_checkpoint
-from rlrobot.cli import _normalise_numbers, main
+from rlrobot.cli import main
+from rlrobot.commands.train import _normalise_numbers
 
 RUN = ["--task", "so101-reach", "--num-envs", "8", "--ppo.rollout-steps", "8", "--ppo.num-minibatches", "2",
        "--policy.actor-hidden", "16", "--policy.critic-hidden", "16", "--eval-envs", "4", "--eval-episodes", "4",
@@ -197,7 +198,7 @@ def test_an_offline_runs_budget_is_its_own_flag_and_changes_on_resume_without_re
     out = error_of(capsys, ["train", "--resume", "--out", str(run), "--bc.lr", "0.5"])
     assert "--bc.lr" in out and "--bc.gradient-steps" in out and "--total-steps" not in out
     # no preset for bc on so101-reach: the budget is scaled to the 2 x 50-frame dataset, and the run says so
-    from rlrobot.cli import parse_train_args
+    from rlrobot.commands.train import parse_train_args
 
     capsys.readouterr()
     cfg = parse_train_args(["--algo", "bc", "--task", "so101-reach", "--dataset", str(data)])

@@ -52,10 +52,12 @@ def _fence(text: str) -> str:
 
 @cache
 def cli_commands() -> str:
-    from rlrobot.cli import COMMANDS, main
+    from rlrobot.cli import main
+    from rlrobot.commands import COMMANDS
 
     out = ["Generated at build time from `rlrobot <command> --help`: what your installed version prints.", ""]
-    for name, what in COMMANDS.items():
+    for name, command in COMMANDS.items():
+        what = command.help
         out += [f"## `rlrobot {name}`", "", what[0].upper() + what[1:] + ".", ""]
         if name == "train":
             out += ["Each algorithm adds its own options: [`rlrobot train --algo X --help`](cli-train.md).", ""]
@@ -66,7 +68,7 @@ def cli_commands() -> str:
 @cache
 def cli_train() -> str:
     from rlrobot.algorithms.registry import algorithm_names, algorithm_spec
-    from rlrobot.cli import parse_train_args
+    from rlrobot.commands.train import parse_train_args
 
     out = ["Generated at build time from `rlrobot train --algo X --help` for every registered algorithm. The defaults "
            "shown are those of the algorithm's preset for the default task (`so101-reach`); `--task T` picks the preset "

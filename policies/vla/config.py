@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlrobot.domains import NonNegativeInt, Positive, PositiveInt
+from rlrobot.envs.registry import is_adapter_task
 from rlrobot.sections import Section
 
 VARIANTS = ("pi0", "pi05", "smolvla")
@@ -173,7 +174,7 @@ def resolve(run) -> None:
         vla.obs_keys = tuple(needed)
     if vla.path != str(Path(vla.path).expanduser().resolve()):
         vla.path = str(Path(vla.path).expanduser().resolve())  # the run's config must find it from any directory
-    if not vla.instruction and ":" not in run.task:
+    if not vla.instruction and not is_adapter_task(run.task):
         from rlrobot.envs.registry import describe_task
 
         vla.instruction = describe_task(run.task)["instruction"]

@@ -57,6 +57,7 @@ from rlrobot.algorithms.sft import TIME_SAMPLING, sample_time
 from rlrobot.curricula.execute_length import PolicyTrimInput
 from rlrobot.data.rollout_storage import RolloutStorage
 from rlrobot.domains import Domain, NonNegative, NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
+from rlrobot.envs.registry import is_adapter_task
 from rlrobot.policies.flow import FlowPolicy
 
 SAMPLERS = ("ode", "noise")
@@ -180,7 +181,7 @@ class FlowNFTConfig(AlgorithmConfig):
                              f"divisible by flow_nft.num_minibatches={self.num_minibatches}")
 
     def _validate_group(self, run) -> None:
-        if ":" in run.task:
+        if is_adapter_task(run.task):
             raise ValueError(f"flow_nft.optimality='group' copies start states between envs, which needs a native task "
                              f"(get_state / set_state); task={run.task!r} is not one")
         if self.group_size < 2 or run.num_envs % self.group_size:

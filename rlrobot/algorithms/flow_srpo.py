@@ -19,6 +19,7 @@ from rlrobot.algorithms.flow_ppo import FlowPPOConfig, InitCheckpoint, adopt_ini
 from rlrobot.algorithms.ppo import validate_ppo_common
 from rlrobot.algorithms.registry import AlgorithmSpec, register_algorithm
 from rlrobot.domains import NonNegative, Positive, PositiveInt, UnitInterval
+from rlrobot.envs.registry import is_adapter_task
 from rlrobot.rewards.srpo import SRPOSettings
 
 
@@ -68,7 +69,7 @@ class FlowSRPOConfig(FlowPPOConfig):
                 raise ValueError(f"flow_srpo.{name} must be >= 1, got {getattr(self, name)}")
         if self.dual_clip <= 1.0:
             raise ValueError(f"flow_srpo.dual_clip must be > 1, got {self.dual_clip}")
-        if ":" in run.task:
+        if is_adapter_task(run.task):
             raise ValueError(f"algo='flow-srpo' copies start states between envs, which needs a native task "
                              f"(get_state / set_state); task={run.task!r} is not one")
         if self.group_size < 2 or run.num_envs % self.group_size:

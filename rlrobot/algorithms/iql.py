@@ -1,4 +1,4 @@
-"""Implicit Q-learning (Kostrikov et al. 2021), the offline baseline of issue 17.
+"""Implicit Q-learning (Kostrikov et al. 2021), the offline baseline of the offline-RL table.
 
 - V(s) by expectile regression on the target critics: L_V = E[|tau - 1(u < 0)| u^2], u = min_i Q'_i(s, a) - V(s)
   (``expectile_loss`` of ``rlrobot.algorithms.offline``, shared with RQL).

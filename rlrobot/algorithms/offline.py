@@ -45,6 +45,7 @@ from torch import nn
 from rlrobot.algorithms.registry import ALGORITHMS, AlgorithmConfig, AlgorithmSpec
 from rlrobot.algorithms.sft import DatasetInput
 from rlrobot.domains import NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
+from rlrobot.envs.registry import is_adapter_task
 from rlrobot.policies.normalizer import RunningNormalizer
 from rlrobot.policies.registry import PolicySpec, register_policy
 from rlrobot.sections import Section
@@ -108,7 +109,7 @@ class OfflineConfig(AlgorithmConfig):
             raise ValueError(f"labelled_fraction must be in (0, 1] (share of episodes that keep their actions), got {fraction}")
         if getattr(run, "inverse_dynamics_steps", 1) < 1:
             raise ValueError(f"inverse_dynamics_steps must be >= 1, got {run.inverse_dynamics_steps}")
-        if ":" not in run.task and "state" not in run.obs_mode.split("+"):
+        if not is_adapter_task(run.task) and "state" not in run.obs_mode.split("+"):
             raise ValueError(f"algo={run.algo!r} trains on state observations; obs_mode={run.obs_mode!r} has none "
                              "(use state or state+rgb)")
 

@@ -267,7 +267,7 @@ class PPO:
         # (the mask's where() would keep every entry), without the mask's ops per loss term
         batch = storage.num_steps * storage.num_envs
         unmasked = storage.learner_steps == batch
-        # the count as the 0-dim tensor mask.sum() was: division by it is the same op as before, bit for bit
+        # the count as a 0-dim tensor (as mask.sum() would be): the division is the same op, bit for bit
         full_count = torch.tensor(float(batch // cfg.num_minibatches), device=self.device)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         logged: list[list[torch.Tensor]] = []  # per minibatch; read once at the end (no host round trip per minibatch)

@@ -69,8 +69,6 @@ class BenchArgs:
     interleaved in this one run, and print the ratios (needs the extra: pip install 'rlrobot[bench]')"""
     peer: PeerSettings = field(default_factory=PeerSettings)
     """settings of --peers (task, envs, rollout, epochs, minibatch, network, rounds)"""
-    json: str | None = None
-    """write every figure with its config to this JSON file (same as --json-out)"""
     prm: bool = True
     """(g) the process reward model's inference per env step beside the env step, so101-suite (rlrobot.bench.prm_bench)"""
     prm_num_envs: int = 256
@@ -162,7 +160,6 @@ def rollout_rate(env, seconds: float) -> float:
 
 
 def run_bench(args: BenchArgs) -> dict:
-    args.json_out = args.json or args.json_out
     if args.peers:
         result = run_peers_bench(args.peer, progress_json=args.json_out)
         if args.json_out:

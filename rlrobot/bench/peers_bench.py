@@ -46,12 +46,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from rlrobot.envs.registry import is_adapter_task
+
 BENCH_EXTRA = "pip install 'rlrobot[bench]' (stable-baselines3, rsl-rl-lib, envpool)"
 
 
 @dataclass
 class PeerSettings:
-    """The one configuration every library runs (defaults: issue 22's HalfCheetah comparison)."""
+    """The one configuration every library runs (defaults: the HalfCheetah comparison of the benchmarks page)."""
 
     gym_id: str = "HalfCheetah-v5"
     """gymnasium id; rlrobot runs mujoco-<id> (native) and gym:<id> (adapter), SB3 / rsl_rl / EnvPool run <id>"""
@@ -126,7 +128,7 @@ def ppo_rlrobot(s: PeerSettings, task: str, fast: bool = False, compiled: bool =
     with tempfile.TemporaryDirectory(prefix="rlrobot-peers-") as out:
         cfg = train_config(
             "ppo", task=task, num_envs=s.num_envs, total_steps=s.iterations * s.num_envs * s.rollout_steps,
-            control_mode="joint_torque" if ":" not in task else "ee_delta", logger="none", out=out, video=False,
+            control_mode="joint_torque" if not is_adapter_task(task) else "ee_delta", logger="none", out=out, video=False,
             eval_every=0, eval_envs=1, eval_episodes=1, checkpoint_every=10**6, torch_threads=1,
             update_threads=s.update_threads, num_threads=s.num_threads,
             ppo=PPOConfig(rollout_steps=s.rollout_steps, num_epochs=s.num_epochs, num_minibatches=s.num_minibatches,
@@ -134,7 +136,7 @@ def ppo_rlrobot(s: PeerSettings, task: str, fast: bool = False, compiled: bool =
                           fused_adam=fast or compiled, compile=compiled),
             policy=ActorCriticConfig(actor_hidden=s.hidden, critic_hidden=s.hidden,
                                      activation="tanh-fast" if fast or compiled else "tanh", normalize_obs=False))
-        cfg.max_episode_steps = 1000 if ":" not in task else None
+        cfg.max_episode_steps = 1000 if not is_adapter_task(task) else None
         cfg.validate()
         runner = OnPolicyRunner(cfg)
         from contextlib import redirect_stdout

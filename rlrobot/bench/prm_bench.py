@@ -1,4 +1,4 @@
-"""``rlrobot bench`` (g): the process reward model's inference cost per env step (issue 20), beside the cost of the
+"""``rlrobot bench`` (g): the process reward model's inference cost per env step, beside the cost of the
 env step itself, measured in the same run on so101-suite (state obs) at ``prm_num_envs`` envs.
 
 The PRM is the preset's network (``configs/prm_so101_suite.py``; weights do not change the cost) or a trained one

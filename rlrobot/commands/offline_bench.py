@@ -1,4 +1,4 @@
-"""``rlrobot offline-bench``: the offline-RL table of issue 17, reproducible in one command.
+"""``rlrobot offline-bench``: the offline-RL table, reproducible in one command.
 
 tasks x recipes x algorithms x seeds at one gradient budget: each run is ``rlrobot train --algo A --task T --dataset
 D`` from A's preset for T (budget, evaluation and output overridden), the datasets are written by ``rlrobot collect

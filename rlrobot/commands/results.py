@@ -4,7 +4,6 @@
     rlrobot results table                                          README table + PNGs from results/*.json, no runs
     rlrobot results list                                           registered entries, which have results
     rlrobot results experts --tasks so101-push --episodes 256      scripted-expert success / cube-lost rates
-    rlrobot results exec train --task so101-lift-nofloor ...       any rlrobot command with the contact-study tasks
     rlrobot results deploy-twin --checkpoint DIR                   serve + deploy on the twin over loopback, one step
 """
 
@@ -23,7 +22,6 @@ SUBCOMMANDS = {
     "table": "regenerate the README table and the PNGs from results/*.json without running anything",
     "list": "the registered entries, their budgets and which have results",
     "experts": "scripted-expert success and cube-lost rates (a registry step)",
-    "exec": "run an rlrobot command with the contact-study task variants registered (a registry step)",
     "deploy-twin": "serve a checkpoint over loopback and deploy it on the twin (a registry step)",
 }
 USAGE = "usage: rlrobot results <subcommand> [options]\n\nsubcommands:\n" + "".join(
@@ -126,19 +124,8 @@ def main(argv: list[str]) -> None:
         list_entries(tyro.cli(TableArgs, args=rest, prog="rlrobot results list").results_dir)
     elif sub == "experts":
         from rlrobot.results.experts import ExpertsArgs, run_experts
-        from rlrobot.results.variants import register_variants
 
-        register_variants()
         run_experts(tyro.cli(ExpertsArgs, args=rest, prog="rlrobot results experts"))
-    elif sub == "exec":
-        from rlrobot.cli import main as cli_main
-        from rlrobot.results.variants import register_variants
-
-        if not rest or rest[0] in ("results", "-h", "--help"):
-            raise ValueError("results exec runs an rlrobot command (train, eval, collect, ...) with the contact-study "
-                             "tasks registered: rlrobot results exec train --task so101-lift-nofloor ...")
-        register_variants()
-        cli_main(rest)
     elif sub == "deploy-twin":
         from rlrobot.results.twin import TwinDeployArgs, deploy_twin
 

@@ -1,4 +1,4 @@
-"""Semi-supervised offline RL (issue 17; the paper on learning from action-free trajectories): keep the actions of a
+"""Semi-supervised offline RL (the paper on learning from action-free trajectories): keep the actions of a
 share of the episodes only, train an inverse-dynamics model a = f(s, s') on them, label the other episodes with it,
 and let any offline algorithm train on the union (``--labelled-fraction``).
 

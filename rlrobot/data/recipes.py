@@ -1,4 +1,4 @@
-"""Dataset recipes for offline RL (issue 17): named, reproducible kinds of data for every native task with a
+"""Dataset recipes for offline RL: named, reproducible kinds of data for every native task with a
 scripted expert, as D4RL / D5RL make them. ``rlrobot collect --recipe NAME`` writes one; ``rlrobot datasets`` lists
 the recipes and what a dataset holds.
 

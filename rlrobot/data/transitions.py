@@ -1,5 +1,5 @@
 """Offline RL data: the frames of a LeRobotDataset as (s, a, r, s', terminal, truncated, MC return) device tensors,
-and h-step windows of them for chunked actors (issue 17).
+and h-step windows of them for chunked actors.
 
 Features read (LeRobot's names; ``rlrobot collect`` writes all of them):
 

@@ -32,6 +32,14 @@ class TaskSpec:
     default_max_episode_steps: int
     has_expert: bool = True
     """a scripted expert (``expert_action()``) exists: ``rlrobot collect`` can record demonstrations"""
+    options: tuple[str, ...] = ()
+    """run options beyond the modes that the task takes (``servo_limits``, a suite's ``instruction``)"""
+    check_option: Callable[[str, str, Any], None] | None = None
+    """(task id, option, value) -> None or a one-line ValueError: what the task accepts as an option's value"""
+    default_options: tuple[tuple[str, Any], ...] = ()
+    """options the entry point is always built with: a variant of another task (``make`` lets the caller override)"""
+    listed: bool = True
+    """shown by ``rlrobot list-tasks`` and in the task lists (False: study variants, reachable by id)"""
 
 
 _TASKS: dict[str, TaskSpec] = {}
@@ -44,15 +52,32 @@ def register_task(spec: TaskSpec) -> TaskSpec:
     return spec
 
 
-def native_task_ids() -> list[str]:
+def is_adapter_task(task_id: str) -> bool:
+    """A task of another simulator named by its prefix (``gym:...``, ``maniskill:...``, ``isaaclab:...``), as opposed to
+    a native task of this package."""
+    return ":" in task_id
+
+
+def native_task_ids(listed_only: bool = True) -> list[str]:
+    """The native tasks' ids (``listed_only``: without the study variants)."""
     import rlrobot.tasks  # noqa: F401  (native task modules register themselves on import)
 
-    return sorted(_TASKS)
+    return sorted(task for task, spec in _TASKS.items() if spec.listed or not listed_only)
+
+
+def check_task_option(task_id: str, name: str, value: Any) -> None:
+    """Refuse, in one line, a run option the task does not take or a value it does not accept."""
+    takers = [t for t in native_task_ids() if name in _TASKS[t].options]
+    if is_adapter_task(task_id) or name not in task_spec(task_id).options:
+        raise ValueError(f"{name} applies to the tasks {', '.join(takers)}; not to task={task_id!r}")
+    spec = task_spec(task_id)
+    if spec.check_option is not None:
+        spec.check_option(task_id, name, value)
 
 
 def task_spec(task_id: str) -> TaskSpec:
     validate_task_id(task_id)
-    if ":" in task_id:
+    if is_adapter_task(task_id):
         raise ValueError(f"task={task_id!r} is an adapter task; it has no native task spec")
     return _TASKS[task_id]
 
@@ -91,7 +116,7 @@ def validate_task_id(task_id: str) -> None:
             if name not in gymnasium.registry:
                 raise ValueError(f"task={task_id!r}: Isaac Lab registers no task {name!r}")
         return
-    if task_id not in native_task_ids():
+    if task_id not in native_task_ids(listed_only=False):
         close = difflib.get_close_matches(task_id, native_task_ids(), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise ValueError(
@@ -156,7 +181,9 @@ def _make(task_id: str, num_envs: int, backend: str | None, device, seed: int | 
         from rlrobot.tasks.isaaclab_adapter import IsaacLabVecEnv
 
         return IsaacLabVecEnv(name, num_envs, device=device, seed=seed, **task_options)
-    task_cls = _TASKS[task_id].entry_point
+    spec = _TASKS[task_id]
+    task_cls = spec.entry_point
+    task_options = {**dict(spec.default_options), **task_options}
     if backend == "mjwarp":
         from rlrobot.tasks.mjwarp_backend import mjwarp_task_class
 

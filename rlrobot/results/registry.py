@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlrobot.tasks.so101_variants import STUDY_VARIANTS
+
 StepKind = Literal["train", "collect", "eval", "experts", "bench", "deploy"]
 
 
@@ -96,12 +98,11 @@ def lift_pipeline(name: str, title: str, task: str = "so101-lift", seeds: int = 
                   notes: str = "", algos: tuple[str, ...] = ("sft", "flow-noise")) -> Entry:
     """10 expert demos -> few-shot SFT -> Flow-Noise PPO from the SFT checkpoint, every step seeded with {seed}."""
     variant = task != "so101-lift"
-    prefix = ("results", "exec") if variant else ()  # the contact-study tasks exist under `rlrobot results exec`
-    collect = Step("data", "collect", (*prefix, "collect", "--task", task, "--episodes", "10", "--success-only",
+    collect = Step("data", "collect", ("collect", "--task", task, "--episodes", "10", "--success-only",
                                        "--out", "{out}", "--seed", "{seed}"))
-    sft = Step("sft", "train", (*prefix, "train", "--algo", "sft", "--task", task, "--dataset", "{data}", "--out", "{out}",
+    sft = Step("sft", "train", ("train", "--algo", "sft", "--task", task, "--dataset", "{data}", "--out", "{out}",
                                 "--seed", "{seed}", "--no-video", *(SFT_LIFT_FLAGS if variant else ())))
-    flow = Step("flow", "train", (*prefix, "train", "--algo", "flow-noise", "--task", task, "--init", "{sft}",
+    flow = Step("flow", "train", ("train", "--algo", "flow-noise", "--task", task, "--init", "{sft}",
                                   "--out", "{out}", "--seed", "{seed}", "--no-video",
                                   *(FLOW_NOISE_LIFT_FLAGS if variant else ())))
     return Entry(
@@ -250,19 +251,11 @@ ENTRIES: tuple[Entry, ...] = (
           budget="the PPO reach preset, then 20 twin episodes", cost="~3 min"),
 )
 
-# The contact / floor question of issue 23: old (0.005) vs new (0.03) contacts, with and without the Cartesian floor,
-# and stiff jaw/cube contacts with the soft cube/table pair. Variant tasks: rlrobot.results.variants.
-STUDY_VARIANTS: dict[str, tuple[str, dict]] = {
-    "contacts-0.005": ("old contacts (solref 0.005), with the floor", {"contact_solref": 0.005}),
-    "nofloor": ("today's contacts (0.03), no Cartesian floor", {"jaw_tip_floor": None}),
-    "contacts-0.005-nofloor": ("old contacts (0.005), no floor: the physics of the 0.98 run",
-                               {"contact_solref": 0.005, "jaw_tip_floor": None}),
-    "jaws-0.005": ("stiff jaw contacts (jaw solref 0.005), soft cube/table (0.03), with the floor",
-                   {"jaw_solref": 0.005}),
-}
+# The contact / floor study: old (0.005) vs new (0.03) contacts, with and without the Cartesian floor,
+# and stiff jaw/cube contacts with the soft cube/table pair. Variant tasks: rlrobot.tasks.so101_variants.
 ENTRIES = ENTRIES + tuple(e for variant, (what, _) in STUDY_VARIANTS.items() for e in _contact_study(variant, what))
 
-# JSRL (issue 18): sparse-reward so101-lift, PPO with the scripted expert / a 10-demo SFT flow checkpoint as the guide,
+# JSRL: sparse-reward so101-lift, PPO with the scripted expert / a 10-demo SFT flow checkpoint as the guide,
 # and PPO from scratch on the same sparse reward and settings (the baseline that stays at zero).
 _JSRL_FIGURES = (SUCCESS, Figure("train.peak_success", "peak eval success", ".2f"),
                  Figure("train.train_success", "training success (last 200 episodes)", ".2f"), TRAIN_WALL)
@@ -380,7 +373,7 @@ def _flow_nft_noise_lift() -> Entry:
         group="study", algos=("flow-nft",))
 
 
-# The same comparison on so101-push (issue 21's second task), NFT in its best measured form on lift (paired baseline,
+# The same comparison on so101-push, NFT in its best measured form on lift (paired baseline,
 # Flow-Noise's sampler for the rollouts), from one 10-demo SFT checkpoint per seed.
 def _flow_rl_push() -> Entry:
     collect, sft = _demos_and_sft("so101-push")
@@ -407,7 +400,7 @@ def _evaluate(name: str, run: str, *flags: str) -> Step:
     return Step(name, "eval", ("eval", "--checkpoint", run, "--episodes", "128", "--no-video", "--out", "{out}", *flags))
 
 
-# PolicyTrim's execute-length curriculum (issue 21): the SFT policy executes 2 of its 5-action chunks; Flow-NFT with the
+# PolicyTrim's execute-length curriculum: the SFT policy executes 2 of its 5-action chunks; Flow-NFT with the
 # paired baseline grows the executed part while training success holds. Before / after on the same 128 episodes.
 def _policytrim_lift() -> Entry:
     collect, sft = _demos_and_sft()
@@ -432,7 +425,7 @@ def _policytrim_lift() -> Entry:
         curve="trim.eval/success_rate", group="study", algos=("flow-nft",))
 
 
-# PolicyTrim's step-efficiency reward (issue 21): Flow-NFT in group mode (each group of 8 envs shares a start state and
+# PolicyTrim's step-efficiency reward: Flow-NFT in group mode (each group of 8 envs shares a start state and
 # scores whole episodes) from the 10-demo SFT, scored by success plus a bonus for an early first success where the
 # group reproduces it, against the same run scored by success alone (the control: what RL without the bonus does to
 # the episode length). Before / after on the same 128 episodes.

@@ -16,6 +16,7 @@ from typing import Any
 from rlrobot.algorithms.registry import ALGORITHMS
 from rlrobot.config import TrainConfig
 from rlrobot.data.transitions import Transitions, load_transitions
+from rlrobot.envs.registry import is_adapter_task
 from rlrobot.runners.base import Runner, console
 
 
@@ -23,8 +24,8 @@ def load_offline_data(cfg: TrainConfig, obs_shapes: dict[str, tuple], action_dim
     """The run's dataset as Transitions (with inverse-dynamics labels for the unlabelled episodes if asked)."""
     section = cfg.algorithm
     data = load_transitions(cfg.dataset, obs_keys=("state",), obs_shapes=obs_shapes, action_dim=action_dim,
-                            task=cfg.task if ":" not in cfg.task else None,
-                            control_mode=cfg.control_mode if ":" not in cfg.task else None, gamma=section.gamma,
+                            task=cfg.task if not is_adapter_task(cfg.task) else None,
+                            control_mode=cfg.control_mode if not is_adapter_task(cfg.task) else None, gamma=section.gamma,
                             device=device, max_episodes=section.max_episodes, max_episode_steps=cfg.episode_steps())
     if not data.has_rewards and cfg.spec.needs_rewards:
         cloning = [s.name for s in ALGORITHMS.specs() if not s.needs_rewards and s.runner == cfg.spec.runner]

@@ -9,6 +9,7 @@ from pathlib import Path
 from rlrobot.algorithms.sft import FlowSFT
 from rlrobot.config import TrainConfig
 from rlrobot.data.demonstrations import load_demonstrations
+from rlrobot.envs.registry import is_adapter_task
 from rlrobot.runners.base import Runner, console
 
 
@@ -18,7 +19,7 @@ class SFTRunner(Runner):
         space = self.env.single_observation_space
         self.demos = load_demonstrations(cfg.dataset, {k: tuple(v.shape) for k, v in space.spaces.items()},
                                          self.meta["action_dim"], cfg.flow.chunk_size, tuple(cfg.flow.obs_keys),
-                                         control_mode=cfg.control_mode if ":" not in cfg.task else None, task=cfg.task,
+                                         control_mode=cfg.control_mode if not is_adapter_task(cfg.task) else None, task=cfg.task,
                                          max_episodes=cfg.sft.max_episodes)
         self.policy = self.build_policy()
         self.policy.fit_observation_stats(self.demos.obs)

@@ -63,7 +63,7 @@ def _smoke_config(algo: str, tmp_path, demos) -> TrainConfig:
         cfg.ppo.rollout_steps, cfg.ppo.num_minibatches = 4, 2
     elif algo == "sac":
         cfg.sac = dataclasses.replace(cfg.sac, learning_starts=8, batch_size=8, rollout_steps=4)
-    elif algo in ("wsrl", "rlpd", "cal-ql-online"):  # warm starts (issue 18): --init a 2-step Cal-QL run, --dataset demos
+    elif algo in ("wsrl", "rlpd", "cal-ql-online"):  # warm starts: --init a 2-step Cal-QL run, --dataset demos
         if algo != "rlpd":
             pre = train_config("cal-ql", **{**common, "out": str(tmp_path / "pre")}, dataset=str(demos))
             pre.num_envs, pre.cal_ql.gradient_steps, pre.cal_ql.updates_per_iteration = 1, 2, 2
@@ -85,7 +85,7 @@ def _smoke_config(algo: str, tmp_path, demos) -> TrainConfig:
     elif algo == "flow-srpo":  # whole 20-step episodes: 5 chunks of 4 actions, groups of 2 envs, every group kept
         cfg.init, cfg.flow_srpo.rollout_chunks, cfg.flow_srpo.num_minibatches, cfg.flow_srpo.group_size = "none", 5, 2, 2
         cfg.flow_srpo.low, cfg.flow_srpo.high = 0.0, 1.0
-    elif algo == "prm":  # the process reward model: a few updates on the demos, evaluated on them (issue 20)
+    elif algo == "prm":  # the process reward model: a few updates on the demos, evaluated on them
         cfg.dataset, cfg.num_envs = str(demos), 1
         cfg.prm = dataclasses.replace(cfg.prm, num_updates=4, updates_per_iteration=2, batch_size=16, eval_dataset=str(demos))
         cfg.prm_net = dataclasses.replace(cfg.prm_net, state_hidden=(16,), embed_dim=8, text_dim=8, head_hidden=(16,))

@@ -1,4 +1,4 @@
-"""Warm starts (issue 18: rlrobot.algorithms.wsrl, rlrobot.runners.warm_start) on real so101-reach envs and a real
+"""Warm starts (rlrobot.algorithms.wsrl, rlrobot.runners.warm_start) on real so101-reach envs and a real
 LeRobotDataset written by the scripted expert: --init copies the offline networks exactly, the warm-up makes no gradient
 step, WSRL's replay buffer holds online transitions only, RLPD batches are half offline, resume is exact, bad input is
 refused before compute."""

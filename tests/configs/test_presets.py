@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlrobot.cli import parse_train_args
+from rlrobot.commands.train import parse_train_args
 from rlrobot.configs import preset
 
 

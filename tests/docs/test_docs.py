@@ -94,7 +94,8 @@ def test_there_are_commands_and_snippets_to_check():
 
 @pytest.mark.parametrize("argv", list(_command_cases()))
 def test_command_lines_parse(argv):
-    from rlrobot.cli import COMMANDS, parse_train_args
+    from rlrobot.commands import COMMANDS
+    from rlrobot.commands.train import parse_train_args
 
     command, rest = argv[0], argv[1:]
     assert command in COMMANDS or command in ("--help", "-h", "--version"), command
@@ -110,8 +111,8 @@ def test_command_lines_parse(argv):
         if "--help" in rest:
             return
         from rlrobot.bench.mujoco_bench import BenchArgs
-        from rlrobot.cli import EvalArgs
         from rlrobot.commands.collect import CollectArgs
+        from rlrobot.commands.eval import EvalArgs
         from rlrobot.real_robot.deploy import DeployArgs
         from rlrobot.real_robot.server import ServeArgs
 

@@ -1,5 +1,5 @@
 """Every expected failure of ``rlrobot deploy`` / ``rlrobot serve`` ends in the CLI's one-line ``error: ...`` (exit 2)
-naming the cause and what to check, never a traceback (issue 15). Real sockets on 127.0.0.1, each case bounded."""
+naming the cause and what to check, never a traceback. Real sockets on 127.0.0.1, each case bounded."""
 
 import socket
 import ssl

@@ -1,4 +1,4 @@
-"""The supervisor's default limits are the SO-101's servo limits, and they let a smooth reach policy through (issue 15)."""
+"""The supervisor's default limits are the SO-101's servo limits, and they let a smooth reach policy through."""
 
 import math
 

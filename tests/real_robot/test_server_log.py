@@ -1,5 +1,5 @@
 """``rlrobot serve``'s log: one line per connection (peer, authentication, requests served, why it closed), and no
-torch "array is not writable" warning for observations decoded from frames (issue 15)."""
+torch "array is not writable" warning for observations decoded from frames."""
 
 import asyncio
 import logging

@@ -6,15 +6,10 @@ import tyro
 
 from rlrobot.results.registry import ENTRIES
 from rlrobot.results.runner import step_argv
-from rlrobot.results.variants import variant_options
 
 
 def _argv(entry, step, tmp_path):
-    argv = step_argv(entry, step, 0, tmp_path / entry.name / "s0")
-    if argv[:2] == ["results", "exec"]:
-        argv = argv[2:]
-    # contact-study tasks: the base task's spaces and modes (registering variants here would leak into other tests)
-    return [variant_options(a)[0] if variant_options(a) else a for a in argv]
+    return step_argv(entry, step, 0, tmp_path / entry.name / "s0")
 
 
 def test_names_unique_and_figures_from_own_steps():
@@ -30,8 +25,8 @@ def test_names_unique_and_figures_from_own_steps():
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 def test_command_lines_parse(entry, tmp_path):
     from rlrobot.bench.mujoco_bench import BenchArgs
-    from rlrobot.cli import parse_train_args
     from rlrobot.commands.collect import CollectArgs
+    from rlrobot.commands.train import parse_train_args
     from rlrobot.results.experts import ExpertsArgs
     from rlrobot.results.twin import TwinDeployArgs
 
@@ -45,7 +40,7 @@ def test_command_lines_parse(entry, tmp_path):
         elif argv[0] == "collect":
             tyro.cli(CollectArgs, args=argv[1:])
         elif argv[0] == "eval":
-            from rlrobot.cli import EvalArgs
+            from rlrobot.commands.eval import EvalArgs
 
             tyro.cli(EvalArgs, args=argv[1:])
         elif argv[0] == "bench":

@@ -71,7 +71,7 @@ def test_same_seed_same_threads_is_bit_identical(seed0, tmp_path):
     """Seed 0 again, from scratch in another directory (in this process, to save the imports): identical metrics
     (timing aside), final evaluation and weights."""
     from rlrobot.checkpoints import load_checkpoint
-    from rlrobot.cli import train
+    from rlrobot.commands.train import train
 
     root, result = seed0
     first = root / "runs" / "tiny-ppo" / "s0" / "train"

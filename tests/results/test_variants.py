@@ -64,7 +64,7 @@ def test_no_floor_lets_down_moves_reach_the_table():
 
 def test_study_flags_rebuild_the_lift_presets():
     """The contact-study variants get the so101-lift presets as flags (presets are looked up by task name)."""
-    from rlrobot.cli import parse_train_args
+    from rlrobot.commands.train import parse_train_args
     from rlrobot.configs import preset
 
     for algo, flags in (("sft", SFT_LIFT_FLAGS), ("flow-noise", FLOW_NOISE_LIFT_FLAGS)):

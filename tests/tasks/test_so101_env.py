@@ -217,5 +217,6 @@ def test_servo_limits_resume_exactly():
 def test_servo_limits_are_refused_outside_the_so101_tasks():
     from rlrobot.config import train_config
 
-    with pytest.raises(ValueError, match="servo_limits applies to the SO-101 tasks"):
+    with pytest.raises(ValueError, match=r"servo_limits applies to the tasks so101-lift, so101-long-horizon, .*; not to "
+                                         r"task='mujoco-HalfCheetah-v5'"):
         train_config("ppo", task="mujoco-HalfCheetah-v5", control_mode="joint_torque", servo_limits=True).validate()

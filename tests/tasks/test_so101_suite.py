@@ -191,7 +191,8 @@ def test_one_instruction_option_draws_only_that_task_and_refuses_others():
         train_config("ppo", task="so101-pick-place", instruction="put the red cube in the box").validate()
     with pytest.raises(ValueError, match="is not one of the 12"):  # a push-to text is not a pick-place task
         SO101PickPlace(2, instruction="push the red cube to the blue zone")
-    with pytest.raises(ValueError, match="instruction is for the language-suite tasks"):
+    with pytest.raises(ValueError, match=r"instruction applies to the tasks so101-long-horizon, so101-pick-place, so101-push-to, "
+                                         r"so101-stack, so101-suite; not to task='so101-reach'"):
         train_config("ppo", task="so101-reach", instruction=text).validate()
     assert train_config("ppo", task="so101-pick-place", instruction=text).task_options()["instruction"] == text
     assert "instruction" not in train_config("ppo", task="so101-pick-place").task_options()

@@ -169,7 +169,7 @@ def test_init_keeps_this_runs_noise_bounds_and_refuses_another_architecture(tmp_
 
 def test_an_init_run_stands_in_for_the_path_at_validation():
     """`--init RUN` without --vla.path validates (prepare() adopts the run's path); without either it is refused."""
-    from rlrobot.cli import parse_train_args
+    from rlrobot.commands.train import parse_train_args
 
     base = ["--algo", "vla-flow-noise", "--task", "so101-reach", "--obs-mode", "state+rgb", "--control-mode", "joint_pos"]
     parse_train_args([*base, "--init", "runs/reach_sft"]).validate()
