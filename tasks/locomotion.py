@@ -25,6 +25,7 @@ simulation (``mjWARN_BADQACC``).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import gymnasium
@@ -85,6 +86,19 @@ class LocomotionEnv(MujocoVecEnv):
         self._views["cfrc_ext"] = [d.cfrc_ext for d in self.datas]
         self._views["torso_xpos"] = [d.xpos[1] for d in self.datas]
         self.torso_xy = np.zeros((num_envs, 3))
+
+    def _load_model(self) -> mujoco.MjModel:
+        """The gymnasium model, with a compiler ``settotalmass`` (deprecated in MuJoCo 4, a warning on every load) applied
+        through ``mj_setTotalmass`` + ``mj_setConst`` instead: the same masses, inertias and constants, bit for bit."""
+        xml = Path(self.xml_path).read_text()
+        total = re.search(r'settotalmass="([^"]+)"', xml)
+        if total is None:
+            return super()._load_model()
+        model = mujoco.MjModel.from_xml_string(xml.replace(total.group(0), ""))
+        mujoco.mj_setTotalmass(model, float(total.group(1)))
+        mujoco.mj_setConst(model, mujoco.MjData(model))
+        self._configure_model(model)
+        return model
 
     @property
     def task_id(self) -> str:

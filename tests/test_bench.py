@@ -1,6 +1,6 @@
 import json
 
-from rlrobot.bench.mujoco_bench import BenchArgs, run_bench
+from rlrobot.commands.bench import BenchArgs, run_bench
 
 
 def test_bench_reports_all_columns(tmp_path):
@@ -22,7 +22,7 @@ def test_bench_reports_all_columns(tmp_path):
 
 def test_bench_trains_the_tasks_ppo_preset():
     """(c) times what ``rlrobot train --algo ppo --task T`` trains: the preset's network, epochs and optimizer."""
-    from rlrobot.bench.mujoco_bench import ppo_bench_config
+    from rlrobot.bench.common import ppo_bench_config
     from rlrobot.configs import preset
 
     cfg = ppo_bench_config("so101-reach", 32, control_mode="joint_pos")

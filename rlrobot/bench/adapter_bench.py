@@ -7,10 +7,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from rich.table import Table
 
-from rlrobot.bench.mujoco_bench import BenchArgs, _rate, console, ppo_bench_config, ppo_rate
+if TYPE_CHECKING:
+    from rlrobot.commands.bench import BenchArgs
+
+from rlrobot.bench.common import console, ppo_bench_config, ppo_rate, rate
 
 
 def run_adapter_bench(args: BenchArgs) -> dict:
@@ -29,10 +34,10 @@ def run_adapter_bench(args: BenchArgs) -> dict:
             for sub, action in zip(env._subs, raw_actions, strict=True):
                 sub.step(action.to(sub.device))
 
-        raw = _rate(raw_step, n, args.seconds)
+        raw = rate(raw_step, n, args.seconds)
         env.reset(seed=0)
         actions = torch.rand(n, env.action_dim, generator=gen) * 2 - 1
-        vec = _rate(lambda env=env, actions=actions: env.step(actions), n, args.seconds)
+        vec = rate(lambda env=env, actions=actions: env.step(actions), n, args.seconds)
         env.close()
         cfg = ppo_bench_config(task, n, args.ppo_hidden, torch_threads=args.torch_threads)
         cfg.ppo.rollout_steps = args.ppo_steps

@@ -12,10 +12,15 @@ batches there).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from rich.table import Table
 
-from rlrobot.bench.mujoco_bench import BenchArgs, _rate, console, ppo_bench_config, ppo_rate, vecenv_rate
+if TYPE_CHECKING:
+    from rlrobot.commands.bench import BenchArgs
+
+from rlrobot.bench.common import console, ppo_bench_config, ppo_rate, rate, vecenv_rate
 
 
 def run_mjwarp_bench(args: BenchArgs) -> dict:
@@ -28,13 +33,13 @@ def run_mjwarp_bench(args: BenchArgs) -> dict:
         native = rlrobot.make(args.task, n, seed=0, control_mode=args.control_mode,
                               num_threads=args.num_threads or None)
         native.reset(seed=0)
-        native_raw = _rate(native.raw_step, n, args.seconds)
+        native_raw = rate(native.raw_step, n, args.seconds)
         native.close()
 
         env = rlrobot.make(args.task, n, seed=0, backend="mjwarp", device=device, control_mode=args.control_mode)
         env.reset(seed=0)
         env.step(torch.zeros(n, env.action_dim, device=env.device))  # capture the CUDA graph outside the timing
-        warp_raw = _rate(env.raw_step, n, args.seconds)
+        warp_raw = rate(env.raw_step, n, args.seconds)
         env.reset(seed=0)
         vec = vecenv_rate(env, n, args.seconds)
         env.close()

@@ -13,14 +13,16 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+import rlrobot
+from rlrobot.algorithms.offline import offline_algorithm_names
+from rlrobot.configs import preset
+from rlrobot.data.transitions import synthetic_transitions
+
 console = Console(soft_wrap=True)
 
 
 def gradient_steps_per_s(algo: str, task: str, obs_dim: int, action_dim: int, seconds: float, device: str = "cpu"
                          ) -> dict[str, Any]:
-    from rlrobot.configs import preset
-    from rlrobot.data.transitions import synthetic_transitions
-
     cfg = preset(task, algo)
     section = cfg.algorithm
     data = synthetic_transitions((100,) * 20, obs_dim=obs_dim, action_dim=action_dim, gamma=section.gamma, device=device)
@@ -40,8 +42,6 @@ def gradient_steps_per_s(algo: str, task: str, obs_dim: int, action_dim: int, se
 
 def offline_bench(args) -> list[dict[str, Any]]:
     """One row per offline algorithm; ``args`` is ``BenchArgs`` (task, seconds, torch_threads)."""
-    import rlrobot
-    from rlrobot.algorithms.offline import offline_algorithm_names
 
     env = rlrobot.make(args.task, 1, seed=0, control_mode=args.control_mode)
     obs_dim, action_dim = int(env.single_observation_space["state"].shape[0]), int(env.single_action_space.shape[0])

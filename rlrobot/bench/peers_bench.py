@@ -374,7 +374,7 @@ def run_peers_bench(s: PeerSettings, only: tuple[str, ...] = (), progress_json: 
     after each round (a run cut short still leaves its figures)."""
     import json
 
-    from rlrobot.bench.mujoco_bench import console
+    from rlrobot.bench.common import console
 
     missing = missing_peers()
     if missing:
@@ -408,7 +408,7 @@ def run_peers_bench(s: PeerSettings, only: tuple[str, ...] = (), progress_json: 
 def _print(result: dict) -> None:
     from rich.table import Table
 
-    from rlrobot.bench.mujoco_bench import console
+    from rlrobot.bench.common import console
 
     s = result["settings"]
     table = Table(title=f"peers on {s['gym_id']}: median of {s['rounds']} interleaved rounds (env steps/s; SAC: updates/s)")

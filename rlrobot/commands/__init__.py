@@ -53,7 +53,7 @@ COMMANDS: dict[str, Command] = {
     "list-algos": Command("the registered algorithms and the policy each trains", "rlrobot.commands.listing:list_algorithms",
                           "rlrobot.commands.listing:ListAlgosArgs"),
     "bench": Command("physics vs VecEnv vs training throughput, baselines measured in the same run",
-                     "rlrobot.bench.mujoco_bench:run_bench", "rlrobot.bench.mujoco_bench:BenchArgs"),
+                     "rlrobot.commands.bench:run_bench", "rlrobot.commands.bench:BenchArgs"),
     "serve": Command("serve a policy over an authenticated websocket", "rlrobot.real_robot.server:run_server",
                      "rlrobot.real_robot.server:ServeArgs",
                      "Serve a policy over a websocket (msgpack frames, HMAC-authenticated)."),

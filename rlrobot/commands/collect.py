@@ -14,9 +14,13 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+import rlrobot
 from rlrobot.data.demonstrations import INSTRUCTION_KEYS, RLROBOT_META, image_feature, obs_feature
 from rlrobot.data.lerobot_dataset import LeRobotDatasetWriter
+from rlrobot.data.recipes import BehaviourPolicy, Recipe, recipe
 from rlrobot.data.transitions import NEXT_STATE
+from rlrobot.envs.registry import native_task_ids, task_spec, validate_task_modes
+from rlrobot.tasks.so101_suite import check_task_instruction
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
 
@@ -53,14 +57,10 @@ class CollectArgs:
 
 
 def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
-    import rlrobot
-    from rlrobot.envs.registry import native_task_ids, task_spec, validate_task_modes
-
     experts = [t for t in native_task_ids() if task_spec(t).has_expert]
     if args.task not in experts:
         raise ValueError(f"task={args.task!r}: scripted experts exist for the native tasks {experts}")
     validate_task_modes(args.task, obs_mode=args.obs_mode, control_mode=args.control_mode)
-    from rlrobot.data.recipes import Recipe, recipe
 
     if args.recipe:
         rec = recipe(args.recipe)  # an unknown name is refused with the recipes
@@ -79,8 +79,6 @@ def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
         raise ValueError(f"label={args.label!r} is not one of: executed, expert")
     options: dict[str, Any] = {}
     if args.instruction is not None:
-        from rlrobot.tasks.so101_suite import check_task_instruction
-
         check_task_instruction(args.task, args.instruction)
         options["instruction"] = args.instruction
     env = rlrobot.make(args.task, args.num_envs, seed=args.seed, obs_mode=args.obs_mode,
@@ -92,8 +90,6 @@ def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
 
 
 def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
-    from rlrobot.data.recipes import BehaviourPolicy
-
     obs_space = env.single_observation_space
     action_dim = int(env.single_action_space.shape[0])
     features: dict[str, dict[str, Any]] = {}

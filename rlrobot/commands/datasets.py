@@ -12,6 +12,9 @@ import tyro
 from rich.console import Console
 from rich.table import Table
 
+from rlrobot.data.recipes import RECIPES
+from rlrobot.data.transitions import _read_columns, dataset_meta
+
 console = Console(soft_wrap=True)
 
 
@@ -25,7 +28,6 @@ class DatasetsArgs:
 
 def describe_dataset(root: str | Path) -> dict[str, Any]:
     """Episodes, transitions, success rate (an episode's last frame), mean return and the recipe of one dataset."""
-    from rlrobot.data.transitions import _read_columns, dataset_meta
 
     info, meta = dataset_meta(root)
     features = info.get("features", {})
@@ -49,8 +51,6 @@ def describe_dataset(root: str | Path) -> dict[str, Any]:
 
 
 def list_datasets(args: DatasetsArgs) -> list[dict[str, Any]]:
-    from rlrobot.data.recipes import RECIPES
-
     table = Table(title="dataset recipes (rlrobot collect --task T --recipe NAME --out DIR)")
     for col in ("recipe", "episodes", "what"):
         table.add_column(col)

@@ -10,6 +10,14 @@ from pathlib import Path
 
 from rich.console import Console
 
+import rlrobot
+from rlrobot.checkpoints import load_checkpoint
+from rlrobot.config import config_from_checkpoint
+from rlrobot.envs.registry import validate_task_id
+from rlrobot.envs.seeds import evaluation_seed
+from rlrobot.policies.registry import build_policy, check_compatible, policy_metadata
+from rlrobot.runners.evaluation import evaluate
+
 console = Console(soft_wrap=True)
 
 
@@ -38,13 +46,6 @@ class EvalArgs:
 def evaluate_checkpoint(args: EvalArgs) -> dict:
     import torch
 
-    import rlrobot
-    from rlrobot.checkpoints import load_checkpoint
-    from rlrobot.config import config_from_checkpoint
-    from rlrobot.envs.seeds import evaluation_seed
-    from rlrobot.policies.registry import build_policy, check_compatible, policy_metadata
-    from rlrobot.runners.evaluation import evaluate
-
     for name in ("episodes", "num_envs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(args, name)}")
@@ -57,8 +58,6 @@ def evaluate_checkpoint(args: EvalArgs) -> dict:
     seed = evaluation_seed(cfg.seed) if args.seed is None else args.seed
     env_seed = cfg.seed + 1 if args.seed is None else args.seed
     if args.task is not None:
-        from rlrobot.envs.registry import validate_task_id
-
         validate_task_id(args.task)
         cfg.task = args.task
     env = rlrobot.make(cfg.task, num_envs, backend=cfg.backend if args.task is None else None,

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from rlrobot.algorithms.registry import describe_algorithms
+from rlrobot.envs.registry import describe_task, native_task_ids, task_spec
+from rlrobot.tasks.so101_suite import SUITE_TASKS
+
 console = Console(soft_wrap=True)
 
 
@@ -19,11 +23,7 @@ class ListTasksArgs:
 
 
 def list_tasks(args: ListTasksArgs) -> None:
-    from rlrobot.envs.registry import describe_task, native_task_ids
-
     if args.instructions is not None:
-        from rlrobot.tasks.so101_suite import SUITE_TASKS
-
         if args.instructions not in SUITE_TASKS:
             raise ValueError(f"instructions={args.instructions!r} is not a language-suite task; one of {sorted(SUITE_TASKS)}")
         for text in SUITE_TASKS[args.instructions].instructions():
@@ -37,7 +37,6 @@ def list_tasks(args: ListTasksArgs) -> None:
         d = describe_task(task)
         table.add_row(task, json.dumps(d["observation"]), str(d["action"]), str(d["max_episode_steps"]), d["instruction"])
     console.print(table)
-    from rlrobot.envs.registry import task_spec
 
     for task in native_task_ids():
         spec = task_spec(task)
@@ -53,8 +52,6 @@ class ListAlgosArgs:
 
 
 def list_algorithms(args: ListAlgosArgs | None = None) -> None:
-    from rlrobot.algorithms.registry import describe_algorithms
-
     table = Table(title="rlrobot algorithms (rlrobot train --algo NAME --help)")
     for col in ("algo", "policy kind", "what it does"):
         table.add_column(col)

@@ -25,6 +25,16 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+import rlrobot
+from rlrobot.algorithms.offline import offline_algorithm_names
+from rlrobot.commands.collect import CollectArgs, collect_demonstrations
+from rlrobot.configs import preset
+from rlrobot.data.recipes import RECIPES, recipe
+from rlrobot.envs.registry import native_task_ids, task_spec
+from rlrobot.envs.seeds import evaluation_seed
+from rlrobot.runners.base import make_runner
+from rlrobot.runners.evaluation import evaluate
+
 console = Console(soft_wrap=True)
 
 
@@ -78,10 +88,6 @@ def _parse_seeds_for(items: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
 
 
 def validate(args: OfflineBenchArgs) -> dict[str, tuple[int, ...]]:
-    from rlrobot.algorithms.offline import offline_algorithm_names
-    from rlrobot.data.recipes import recipe
-    from rlrobot.envs.registry import native_task_ids, task_spec
-
     experts = [t for t in native_task_ids() if task_spec(t).has_expert]
     for task in args.tasks:
         if task not in experts:
@@ -109,8 +115,6 @@ def dataset_path(args: OfflineBenchArgs, task: str, recipe_name: str) -> Path:
 
 
 def ensure_dataset(args: OfflineBenchArgs, task: str, recipe_name: str) -> Path:
-    from rlrobot.commands.collect import CollectArgs, collect_demonstrations
-
     path = dataset_path(args, task, recipe_name)
     if not (path / "meta" / "rlrobot.json").is_file():
         if path.exists() and any(path.iterdir()):
@@ -133,9 +137,6 @@ class ExpertPolicy:
 
 def behaviour_policy_result(task: str, seed: int, episodes: int, num_envs: int) -> dict[str, Any]:
     """The scripted expert without noise on the seeds an offline run's final evaluation uses (rlrobot.runners.base)."""
-    import rlrobot
-    from rlrobot.envs.seeds import evaluation_seed
-    from rlrobot.runners.evaluation import evaluate
 
     env = rlrobot.make(task, num_envs, seed=seed + 1)
     try:
@@ -146,8 +147,6 @@ def behaviour_policy_result(task: str, seed: int, episodes: int, num_envs: int) 
 
 def run_config(args: OfflineBenchArgs, task: str, algo: str, seed: int, dataset: Path, out: Path):
     import dataclasses
-
-    from rlrobot.configs import preset
 
     cfg = preset(task, algo)
     section = dataclasses.replace(cfg.algorithm, gradient_steps=args.gradient_steps)
@@ -187,8 +186,6 @@ def run_offline_bench(args: OfflineBenchArgs) -> dict[str, Any]:
     out = Path(args.out)
     results = out / "results.jsonl"
     if not args.table_only:
-        from rlrobot.algorithms.offline import offline_algorithm_names
-
         algos = args.algos or offline_algorithm_names()
         done = _done_keys(results)
         for task in args.tasks:
@@ -211,8 +208,6 @@ def run_offline_bench(args: OfflineBenchArgs) -> dict[str, Any]:
 
 def _run_one(args, results: Path, done: set, task: str, recipe_name: str, algo: str, seed: int, dataset: Path,
              out: Path) -> None:
-    from rlrobot.runners.base import make_runner
-
     frac = args.labelled_fraction
     key = ("run", task, recipe_name, algo, seed, args.gradient_steps, frac)
     if key in done or key in _done_keys(results):  # re-read: other benchmark processes append to the same file
@@ -279,7 +274,6 @@ def write_table(results: Path, table_path: Path, curves_path: Path) -> str:
     runs = [r for r in rows if r["kind"] == "run"]
     behaviour = {r["task"]: r for r in rows if r["kind"] == "behaviour"}
     algos = sorted({r["algo"] for r in runs}, key=_algo_order)
-    from rlrobot.data.recipes import RECIPES
 
     recipe_order = list(RECIPES)
     groups = sorted({(r["task"], r["recipe"], r["labelled_fraction"], r["gradient_steps"]) for r in runs},

@@ -16,6 +16,12 @@ from pathlib import Path
 import tyro
 from rich.console import Console
 
+from rlrobot.results.experts import ExpertsArgs, run_experts
+from rlrobot.results.registry import ENTRIES, entry
+from rlrobot.results.report import write_report
+from rlrobot.results.runner import command_template, run_entry, step_argv
+from rlrobot.results.twin import TwinDeployArgs, deploy_twin
+
 console = Console(soft_wrap=True)
 SUBCOMMANDS = {
     "run": "run registry entries over seeds; write results/<name>.json, the README table and the PNGs",
@@ -56,9 +62,6 @@ class TableArgs:
 
 
 def run(args: RunArgs) -> list[dict]:
-    from rlrobot.results.registry import ENTRIES, entry
-    from rlrobot.results.runner import command_template, run_entry, step_argv
-
     entries = [entry(name) for name in args.only] if args.only else list(ENTRIES)  # unknown names refused first
     if args.seeds is not None and args.seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {args.seeds}")
@@ -88,16 +91,12 @@ def run(args: RunArgs) -> list[dict]:
 
 
 def table(args: TableArgs) -> None:
-    from rlrobot.results.report import write_report
-
     readme, pngs = write_report(Path(args.results_dir), Path(args.readme))
     console.print(f"wrote the results table of {readme} and {', '.join(map(str, pngs)) or 'no curves'}")
 
 
 def list_entries(results_dir: str = "results") -> None:
     from rich.table import Table
-
-    from rlrobot.results.registry import ENTRIES
 
     t = Table(title="rlrobot results entries (rlrobot results run --only NAME)")
     for col in ("name", "group", "seeds", "budget", "cost", "result file"):
@@ -123,10 +122,6 @@ def main(argv: list[str]) -> None:
     elif sub == "list":
         list_entries(tyro.cli(TableArgs, args=rest, prog="rlrobot results list").results_dir)
     elif sub == "experts":
-        from rlrobot.results.experts import ExpertsArgs, run_experts
-
         run_experts(tyro.cli(ExpertsArgs, args=rest, prog="rlrobot results experts"))
     elif sub == "deploy-twin":
-        from rlrobot.results.twin import TwinDeployArgs, deploy_twin
-
         deploy_twin(tyro.cli(TwinDeployArgs, args=rest, prog="rlrobot results deploy-twin"))

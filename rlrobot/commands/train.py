@@ -11,13 +11,17 @@ from pathlib import Path
 import tyro
 from rich.console import Console
 
+from rlrobot.algorithms.registry import algorithm_spec
+from rlrobot.checkpoints import load_config, newest_intact_checkpoint
+from rlrobot.config import config_class, config_from_checkpoint
+from rlrobot.configs import preset
+from rlrobot.runners.base import make_runner
+
 console = Console(soft_wrap=True)
 
 
 def _preset_from_argv(argv: list[str]):
     """Pick the preset from --task / --algo first, so that every other flag overrides that preset's defaults."""
-    from rlrobot.algorithms.registry import algorithm_spec
-    from rlrobot.configs import preset
 
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--task", default="so101-reach")
@@ -29,8 +33,6 @@ def _preset_from_argv(argv: list[str]):
 
 def parse_train_args(argv: list[str]):
     """The run config of a ``rlrobot train`` command line (preset of --task / --algo, then every flag), unvalidated."""
-    from rlrobot.algorithms.registry import algorithm_spec
-    from rlrobot.config import config_class
 
     argv = _normalise_numbers(argv)
     default = _preset_from_argv(argv)
@@ -51,7 +53,6 @@ def train(argv: list[str]) -> dict:
     if cfg.resume:
         cfg = _resume_config(cfg, argv)
     cfg.prepare()
-    from rlrobot.runners.base import make_runner
 
     summary = make_runner(cfg).learn()
     if summary.get("interrupted"):
@@ -115,7 +116,6 @@ RESUMABLE = {"resume", "out", "total_steps", "logger", "wandb_project", "wandb_m
 def _with_run_identity(argv: list[str]) -> list[str]:
     """``--resume``: the --algo and --task of the run in --out unless given, so that the run's own flags parse
     (``--bc.gradient-steps`` needs --algo bc) without repeating them."""
-    from rlrobot.checkpoints import load_config, newest_intact_checkpoint
 
     out = _flag_value(argv, "--out")
     ckpt_dir = Path(out) / "checkpoints" if out else None
@@ -138,8 +138,6 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
 def _resume_config(cfg, argv: list[str]):
     """Resume the run in --out (the directory given is the run) with its own config. Flags that may change on a
     resume (RESUMABLE) are honoured; any other flag that differs from the run's value is refused, naming it."""
-    from rlrobot.checkpoints import load_config, newest_intact_checkpoint
-    from rlrobot.config import config_from_checkpoint
 
     run_dir = cfg.run_dir()
     ckpt_dir = Path(run_dir) / "checkpoints"

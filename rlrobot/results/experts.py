@@ -16,6 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
+import rlrobot
+from rlrobot.envs.registry import task_spec
+from rlrobot.runners.evaluation import EpisodeSlots
+
 
 @dataclass
 class ExpertsArgs:
@@ -35,8 +39,6 @@ def expert_rates(task: str, episodes: int, seed: int = 0, noise: float = 0.0, nu
     """{'success', 'lost', 'episodes'} over a fixed set of ``episodes`` episodes (each env its quota of whole episodes:
     ``rlrobot.runners.evaluation.EpisodeSlots``; a lost cube ends an episode early, so the first episodes to finish
     would over-count it)."""
-    import rlrobot
-    from rlrobot.runners.evaluation import EpisodeSlots
 
     if episodes < 1 or num_envs < 1:
         raise ValueError(f"episodes and num_envs must be >= 1, got {episodes} and {num_envs}")
@@ -66,8 +68,6 @@ def expert_rates(task: str, episodes: int, seed: int = 0, noise: float = 0.0, nu
 
 
 def run_experts(args: ExpertsArgs) -> dict[str, Any]:
-    from rlrobot.envs.registry import task_spec
-
     for task in args.tasks:  # every task id checked before any compute
         if not task_spec(task).has_expert:
             raise ValueError(f"tasks: {task!r} has no scripted expert")

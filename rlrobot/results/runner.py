@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlrobot.data.demonstrations import RLROBOT_META
 from rlrobot.results.registry import Entry, Step
 
 RUNS_ROOT = Path("runs/results")
@@ -101,8 +102,6 @@ def _finished(step: Step, out: Path) -> bool:
     if step.kind == "train":
         return (out / "summary.json").is_file() and "eval" in json.loads((out / "summary.json").read_text())
     if step.kind == "collect":
-        from rlrobot.data.demonstrations import RLROBOT_META
-
         return (out / RLROBOT_META).is_file()
     if step.kind == "eval":
         return (out / "eval.json").is_file()
@@ -182,8 +181,6 @@ def step_figures(step: Step, out: Path) -> dict[str, float]:
         if train_success:
             figures["train_success"] = train_success[-1]
     elif step.kind == "collect":
-        from rlrobot.data.demonstrations import RLROBOT_META
-
         meta = json.loads((out / RLROBOT_META).read_text())
         figures.update(expert_success=meta["expert_success_rate"], attempted=meta["episodes_attempted"])
     else:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlrobot.real_robot.deploy import DeployArgs, run_deploy
+
 
 @dataclass
 class TwinDeployArgs:
@@ -47,8 +49,6 @@ def _wait_listening(port: int, proc: subprocess.Popen, timeout_s: float) -> None
 
 
 def deploy_twin(args: TwinDeployArgs) -> dict[str, Any]:
-    from rlrobot.real_robot.deploy import DeployArgs, run_deploy
-
     if not Path(args.checkpoint).exists():
         raise FileNotFoundError(f"checkpoint {args.checkpoint} does not exist")
     port, token = _free_port(), secrets.token_hex(16)

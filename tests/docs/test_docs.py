@@ -110,7 +110,7 @@ def test_command_lines_parse(argv):
     elif command in ("eval", "collect", "bench", "serve", "deploy"):
         if "--help" in rest:
             return
-        from rlrobot.bench.mujoco_bench import BenchArgs
+        from rlrobot.commands.bench import BenchArgs
         from rlrobot.commands.collect import CollectArgs
         from rlrobot.commands.eval import EvalArgs
         from rlrobot.real_robot.deploy import DeployArgs

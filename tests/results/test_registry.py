@@ -24,7 +24,7 @@ def test_names_unique_and_figures_from_own_steps():
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 def test_command_lines_parse(entry, tmp_path):
-    from rlrobot.bench.mujoco_bench import BenchArgs
+    from rlrobot.commands.bench import BenchArgs
     from rlrobot.commands.collect import CollectArgs
     from rlrobot.commands.train import parse_train_args
     from rlrobot.results.experts import ExpertsArgs
