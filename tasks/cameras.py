@@ -158,6 +158,43 @@ class FrameRenderer:
                 lookup[g.segid + 1] = g.objid
         return lookup[np.minimum(segid, len(lookup) - 1)]
 
+    def render_mask(self, height: int, width: int, geoms: np.ndarray, depth: bool = False):
+        """[height, width] bool: the pixels that show one of the model geoms marked True in ``geoms`` (indexed by
+        geom id), from a segmentation pass of the current scene; with ``depth`` also [height, width] float32, each
+        pixel's distance along the viewing axis (m). A scene of fewer than 255 geoms reads the red channel alone
+        (segment ids below 256); larger ones decode all three."""
+        flags = self.scene.flags
+        saved = (flags[mujoco.mjtRndFlag.mjRND_SEGMENT], flags[mujoco.mjtRndFlag.mjRND_IDCOLOR])
+        flags[mujoco.mjtRndFlag.mjRND_SEGMENT] = flags[mujoco.mjtRndFlag.mjRND_IDCOLOR] = 1
+        try:
+            rect = self._draw(height, width)
+            buffer = np.empty((height, width, 3), np.uint8)
+            zbuffer = np.empty((height, width), np.float32) if depth else None
+            mujoco.mjr_readPixels(buffer, zbuffer, rect, self.context)
+        finally:
+            flags[mujoco.mjtRndFlag.mjRND_SEGMENT], flags[mujoco.mjtRndFlag.mjRND_IDCOLOR] = saved
+        buffer = buffer[::-1]
+        if self.scene.ngeom < 255:
+            lookup = np.zeros(256, bool)
+            for g in self.geoms:
+                if g.segid >= 0 and g.objtype == mujoco.mjtObj.mjOBJ_GEOM and geoms[g.objid]:
+                    lookup[g.segid + 1] = True
+            mask = lookup[buffer[..., 0]]
+        else:
+            segid = buffer.astype(np.int64)
+            segid = segid[..., 0] + (segid[..., 1] << 8) + (segid[..., 2] << 16)
+            lookup = np.zeros(self.scene.ngeom + 2, bool)
+            for g in self.geoms:
+                if g.segid >= 0 and g.objtype == mujoco.mjtObj.mjOBJ_GEOM and geoms[g.objid]:
+                    lookup[g.segid + 1] = True
+            mask = lookup[np.minimum(segid, len(lookup) - 1)]
+        if not depth:
+            return mask
+        cam = self.scene.camera[0]
+        near, far = cam.frustum_near, cam.frustum_far
+        z = zbuffer[::-1].astype(np.float64)  # the window depth in [0, 1] -> the distance along the viewing axis
+        return mask, (2.0 * near * far / (far + near - (2.0 * z - 1.0) * (far - near))).astype(np.float32)
+
     def close(self) -> None:
         if self.context is not None:
             if self._gl is not None:

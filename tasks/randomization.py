@@ -257,10 +257,8 @@ class CameraPipeline:
             out[:, c] = self.image_effects(frames, ids, c, rng)
         return out
 
-    def image_effects(self, frames: np.ndarray, ids: np.ndarray, c: int, rng: np.random.Generator,
-                      noise_scale: float = 1.0) -> np.ndarray:
-        """Saturation, contrast, brightness, blur and noise of camera c's frames of envs ``ids`` ([k, H, W, 3]);
-        ``noise_scale`` multiplies the noise's std (frames larger than the policy's, whose area averaging shrinks it)."""
+    def image_effects(self, frames: np.ndarray, ids: np.ndarray, c: int, rng: np.random.Generator) -> np.ndarray:
+        """Saturation, contrast, brightness, blur and noise of camera c's frames of envs ``ids`` ([k, H, W, 3])."""
         image = self.setup.randomization.image
         d = self.draws
         if not (image.brightness or image.contrast or image.saturation or image.blur_probability or image.noise_std):
@@ -275,7 +273,7 @@ class CameraPipeline:
         if blur.any():
             x[blur] = box_blur(x[blur])
         if image.noise_std:
-            x += rng.standard_normal(x.shape, dtype=np.float32) * np.float32(image.noise_std * noise_scale)
+            x += rng.standard_normal(x.shape, dtype=np.float32) * np.float32(image.noise_std)
         return np.clip(np.rint(x), 0, 255).astype(np.uint8)
 
     def frame_shape(self, c: int, scale: float) -> tuple[int, int]:
@@ -287,8 +285,8 @@ class CameraPipeline:
                     rng: np.random.Generator, scale: float = 1.0) -> np.ndarray:
         """Env i's camera c as a real camera's frame (its resolution times ``scale``), randomised like training
         frames: what the blind twin reports, which ``prepare_frames`` then crops and resizes like a real frame. The
-        pixel noise is scaled up by the frame's size over the policy's, so that after the area resize it is the
-        training frames' noise."""
+        frame-level effects act on its pixels as on a training frame's (after the area resize the pixel noise is
+        weaker than in training, as a real camera's is)."""
         shape = self.frame_shape(c, scale)
         if self.greenscreen[c] and self._photos_full.get(c, np.empty((0, 0))).shape[:2] != shape:
             self._photos_full[c] = load_photo(self.greenscreen[c], shape)
@@ -296,8 +294,7 @@ class CameraPipeline:
         self._style_scene(renderer, i)
         out = np.empty((*shape, 3), np.uint8)
         self._draw_camera(renderer, i, c, data, shape, self._photos_full.get(c), out)
-        crop = self.crops[c]
-        return self.image_effects(out[None], np.array([i]), c, rng, noise_scale=shape[0] * crop[2] / self.size)[0]
+        return self.image_effects(out[None], np.array([i]), c, rng)[0]
 
 
 def box_blur(x: np.ndarray) -> np.ndarray:

@@ -59,6 +59,9 @@ class TwinRobot:
         self.setup = None if setup is None else load_setup(setup)
         self.blind = self.setup is not None
         self.pipeline = None
+        self.frames = True
+        """(blind twin) render the cameras into its readings; off, readings hold the joints only (a caller that needs a
+        frame now and then, as rlrobot camera capture, saves the rendering of every tick)"""
         self._renderer = None
         self._history: collections.deque[dict[str, Any]] = collections.deque()
         self.env = None
@@ -124,12 +127,14 @@ class TwinRobot:
             qpos = self.units.to_radians(self.units.to_profile(qpos) + self.rng.normal(0.0, noise, 6))
         if self.obs_noise_std:
             qpos = qpos + self.rng.normal(0.0, self.obs_noise_std, 6)
-        if self._renderer is None:
-            self._renderer = self.pipeline.make_renderer(env.model, full_scale=self.frame_scale)
-        model = env.models[env.model_index[0]]
-        images = {name: self.pipeline.render_full(self._renderer, 0, c, model, env.datas[0], env.image_rng, self.frame_scale)
-                  for c, name in enumerate(self.pipeline.names)}
-        current = {"qpos": qpos, "qvel": env.qvel[0, :6].copy(), "images": images}
+        current = {"qpos": qpos, "qvel": env.qvel[0, :6].copy()}
+        if self.frames:
+            if self._renderer is None:
+                self._renderer = self.pipeline.make_renderer(env.model, full_scale=self.frame_scale)
+            model = env.models[env.model_index[0]]
+            current["images"] = {name: self.pipeline.render_full(self._renderer, 0, c, model, env.datas[0],
+                                                                 env.image_rng, self.frame_scale)
+                                 for c, name in enumerate(self.pipeline.names)}
         self._history.appendleft(current)
         delay = int(env.observation_delay[0])
         while len(self._history) > delay + 1:

@@ -65,4 +65,6 @@ COMMANDS: dict[str, Command] = {
     "results": Command("reproduce the published results from the registry (run, table, list)", "rlrobot.commands.results:main"),
     "prm-eval": Command("a process reward model on held-out episodes: progress curves (PNG), Spearman, done F1",
                         "rlrobot.commands.prm_eval:run_prm_eval", "rlrobot.commands.prm_eval:PRMEvalArgs"),
+    "camera": Command("a camera's setup: photos of the arm, automatic alignment, overlay (rlrobot camera --help)",
+                      "rlrobot.commands.camera:main"),
 }
