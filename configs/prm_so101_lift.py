@@ -4,10 +4,10 @@ progress for failures (all kept: ``--prm.no-filter-failures``), and ``--prm.afte
 first success is 1 only while the cube is still held up (the noisy recipes drop it after the lift; labelled 1, those
 frames taught the model that a dropped cube beside a wide-open jaw is finished, and PPO learned to drop it).
 Its use: ``rlrobot train --algo ppo --task so101-lift --reward-mode sparse --reward.shaping prm:RUN
---reward.prm-mode progress --reward.prm-scale 0.5`` (PPO from scratch on success only; README, RL from learned
+--reward.prm.mode progress --reward.prm.scale 0.5`` (PPO from scratch on success only; README, RL from learned
 rewards). About 3 minutes on one core."""
 
-from rlrobot.algorithms.prm import PRMConfig
+from rlrobot.algorithms.progress_model import PRMConfig
 from rlrobot.config import train_config
 
 CONFIG = train_config("prm", task="so101-lift", prm=PRMConfig(num_updates=3000, filter_failures=False,

@@ -27,9 +27,9 @@ the model more sensitive to small state changes under any instruction (mismatch 
 family held out of training (long-horizon) depends on the seed with or without it: 0.135 / 0.664 / 0.613 (seeds
 0-2) against 0.635 / 0.205 with ``--prm.rank-weight 0`` (seeds 0-1), data A."""
 
-from rlrobot.algorithms.prm import PRMConfig
+from rlrobot.algorithms.progress_model import PRMConfig
 from rlrobot.config import train_config
-from rlrobot.rewards.prm import PRMNetConfig
+from rlrobot.rewards.progress_model import PRMNetConfig
 from rlrobot.tasks.so101_suite import SO101Suite
 
 SUITE_PRM_NET = PRMNetConfig(obs_keys=("state", "instruction_tokens"), state_entities=SO101Suite.state_entities,

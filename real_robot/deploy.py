@@ -153,7 +153,7 @@ class DeployArgs:
         if self.reward is not None:
             if not self.reward.startswith("prm:"):
                 raise ValueError(f"reward={self.reward!r} must be prm:PATH (a model of rlrobot train --algo prm)")
-            from rlrobot.rewards.prm_reward import check_prm_path
+            from rlrobot.rewards.progress_reward import check_prm_path
 
             check_prm_path(self.reward[4:], "reward")
         if self.executor.rtc.enabled and self.server is not None:  # the protocol does not carry the leftover (yet)
@@ -299,7 +299,7 @@ class PRMProgressLog:
     and forwards every frame with the model's numbers to the real recorder, if any."""
 
     def __init__(self, path: str, bridge, recorder=None):
-        from rlrobot.rewards.prm import load_progress_model
+        from rlrobot.rewards.progress_model import load_progress_model
 
         state_dim = int(getattr(bridge, "state_dim", 0) or bridge.shadow.single_observation_space["state"].shape[0])
         # the robot side observes the state only: a PRM that reads images or another state is refused here

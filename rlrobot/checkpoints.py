@@ -16,6 +16,7 @@ file) is replaced atomically to point at it. Files are readable by the group (li
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -31,8 +32,9 @@ from safetensors.torch import load_file, save_file
 
 LATEST = "latest"
 CHECKSUMS = "checksums.json"
-CONFIG_VERSION = 2
-"""config.json format: 2 since the algorithm registry (sections per algorithm, renamed fields); 1 before."""
+CONFIG_VERSION = 3
+"""config.json format: 3 = a section per reward kind (``reward.prm.scale``); 2 = a section per algorithm; 1 = one flat
+run config (``upgrade_config`` reads them all)."""
 
 
 class CheckpointError(ValueError):
@@ -258,7 +260,7 @@ def load_extra_file(ckpt: Path, file_name: str) -> dict[str, torch.Tensor] | Non
 
 
 # ---------------------------------------------------------------------- reading saved run configs
-_RENAMED_V1 = {  # section.field in config.json version 1 -> its version-2 place
+_RENAMED_V1 = {  # field in config.json version 1 (section, name; '' = the run config itself) -> its version-2 place
     ("ppo", "num_steps"): ("ppo", "rollout_steps"),
     ("sac", "steps_per_iteration"): ("sac", "rollout_steps"),
     ("sac", "num_critics"): ("policy", "num_critics"),
@@ -268,19 +270,45 @@ _RENAMED_V1 = {  # section.field in config.json version 1 -> its version-2 place
     ("", "execute_steps"): ("flow", "execute_steps"),
     ("", "save_replay"): ("sac", "save_replay"),
 }
+_RENAMED_V2 = {  # field in config.json version 2 -> its version-3 place: each reward kind's settings in its section
+    ("reward", "prm_mode"): ("reward", "prm", "mode"),
+    ("reward", "prm_scale"): ("reward", "prm", "scale"),
+    ("reward", "prm_done"): ("reward", "prm", "done"),
+    ("reward", "srpo_scale"): ("reward", "srpo", "scale"),
+    ("reward", "srpo_memory"): ("reward", "srpo", "memory"),
+}
+_UPGRADES = {1: _RENAMED_V1, 2: _RENAMED_V2}
+"""version -> the renames that make it the next version"""
+
+
+def _move(train: dict[str, Any], source: tuple[str, ...], target: tuple[str, ...]) -> None:
+    """Move the value at path ``source`` of a run config to path ``target`` (sections made as needed); '' in a path is
+    the run config itself."""
+    *parents, name = [part for part in source if part]
+    holder: Any = train
+    for part in parents:
+        holder = holder.get(part) if isinstance(holder, dict) else None
+    if not isinstance(holder, dict) or name not in holder:
+        return
+    value = holder.pop(name)
+    *parents, name = [part for part in target if part]
+    holder = train
+    for part in parents:
+        holder = holder.setdefault(part, {})
+    holder[name] = value
 
 
 def upgrade_config(train: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 run config (written before the algorithm registry) in today's layout: renamed fields moved, the
-    sections of other algorithms dropped."""
-    if train.get("config_version", 1) >= CONFIG_VERSION:
+    """A run config of any earlier version in today's layout: renamed fields moved (version 1: the fields the algorithm
+    registry renamed or moved into sections; version 2: each reward kind's settings into its own section), the
+    sections of other algorithms dropped later by ``build_dataclass``."""
+    version = train.get("config_version", 1)
+    if version >= CONFIG_VERSION:
         return train
-    train = {k: (dict(v) if isinstance(v, dict) else v) for k, v in train.items()}
-    for (section, name), (new_section, new_name) in _RENAMED_V1.items():
-        source = train.get(section) if section else train
-        if isinstance(source, dict) and name in source:
-            value = source.pop(name)
-            train.setdefault(new_section, {})[new_name] = value
+    train = copy.deepcopy(train)
+    for step in range(version, CONFIG_VERSION):
+        for source, target in _UPGRADES[step].items():
+            _move(train, source, target)
     train["config_version"] = CONFIG_VERSION
     return train
 

@@ -351,7 +351,7 @@ class MujocoVecEnv:
 
         obs = self._observe()
         t = self._to_tensor
-        # the dense reward of the post-step state is the shaping potential Phi(s') (rlrobot.rewards.shaping)
+        # the dense reward of the post-step state is the shaping potential Phi(s') (rlrobot.rewards.dense_potential)
         info: dict[str, Any] = {"success": t(success), "next_potential": t(dense.astype(np.float32))}
         if done.any():
             done_t = t(done)

@@ -68,6 +68,6 @@ def test_a_negative_noise_std_fails_in_one_line_before_the_run_directory_exists(
 
 def test_nan_in_a_reward_scale_is_refused_before_compute():
     cfg = train_config("ppo", task="so101-reach")
-    cfg.reward.prm_scale = math.nan
-    with pytest.raises(ValueError, match=r"^reward.prm_scale must be >= 0, got nan"):
+    cfg.reward.prm.scale = math.nan
+    with pytest.raises(ValueError, match=r"^reward.prm.scale must be > 0, got nan"):
         cfg.validate()

@@ -13,5 +13,5 @@ __all__ = ["PPO", "SAC", "AlgorithmConfig", "AlgorithmSpec", "DatasetInput", "Fl
            "register_algorithm"]
 
 # the LeRobot VLA algorithms (vla-sft, vla-flow-noise, vla-flow-sde; vla-token-ppo), which build on flow_ppo and sft
-# warm starts (wsrl, rlpd, cal-ql-online) and the process reward model (prm)
-from . import prm, token_ppo, vla, wsrl  # noqa: E402, F401  # noqa: E402, F401
+# warm starts (wsrl, rlpd, cal-ql-online) and the progress models (prm, sarm)
+from . import progress_model, sarm, token_ppo, vla, wsrl  # noqa: E402, F401

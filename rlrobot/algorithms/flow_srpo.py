@@ -20,6 +20,7 @@ from rlrobot.algorithms.ppo import validate_ppo_common
 from rlrobot.algorithms.registry import AlgorithmSpec, register_algorithm
 from rlrobot.domains import NonNegative, Positive, PositiveInt, UnitInterval
 from rlrobot.envs.registry import is_adapter_task
+from rlrobot.rewards.progress_reward import check_prm_path
 from rlrobot.rewards.srpo import SRPOSettings
 
 
@@ -80,8 +81,6 @@ class FlowSRPOConfig(FlowPPOConfig):
             raise ValueError(f"flow_srpo.encoder='' embeds the state; obs_mode={run.obs_mode!r} has none (use "
                              "state+rgb or --flow-srpo.encoder prm:PATH)")
         if self.encoder:
-            from rlrobot.rewards.prm_reward import check_prm_path
-
             check_prm_path(self.encoder[4:], "flow_srpo.encoder")
         episode = run.episode_steps()
         execute = run.flow.execute_steps or run.flow.chunk_size

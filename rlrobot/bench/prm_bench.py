@@ -18,15 +18,15 @@ def prm_bench(num_envs: int = 256, seconds: float = 3.0, checkpoint: str = "", n
               console=None) -> dict:
     import rlrobot
     from rlrobot.configs import preset
-    from rlrobot.rewards.prm import VLACProgressModel, load_progress_model
+    from rlrobot.rewards.progress_model import VLACProgressModel, load_progress_model
 
     env = rlrobot.make("so101-suite", num_envs, seed=0, num_threads=num_threads or None)
     obs, _ = env.reset(seed=0)
     if checkpoint:
         model = load_progress_model(checkpoint, "cpu", observation_space=env.single_observation_space)
     else:
-        net = preset("so101-suite", "prm").prm_net
         space = env.single_observation_space
+        net = preset("so101-suite", "prm").prm_net.for_observation_space(space)
         model = VLACProgressModel({k: list(space[k].shape) for k in net.obs_keys}, net).eval()
     gen = torch.Generator().manual_seed(0)
     actions = [torch.rand(num_envs, env.action_dim, generator=gen) * 2 - 1 for _ in range(8)]

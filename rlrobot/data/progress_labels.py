@@ -1,5 +1,5 @@
-"""Training data of the process reward model (issue 20): LeRobotDatasets (``rlrobot collect``, any recipe) as frames
-with per-frame progress and done labels, and the batches of labelled pairs the PRM learns from.
+"""Training data of the process reward model: LeRobotDatasets (``rlrobot collect``, any recipe) as frames with
+per-frame progress and done labels, and the batches of labelled pairs the PRM learns from.
 
 Labels (``label_episode``), from what ``rlrobot collect`` stores per frame (``next.success``: the task's success after
 the frame's step; ``next.reward``: the dense reward after it, which on the native tasks is the task's own progress
@@ -21,10 +21,15 @@ Pairs (``sample_pairs``): a frame j, an earlier frame i of the same episode (ski
 frame), label ``relative_delta(p_i, p_j)`` (the delta the VLAC value update turns back into p_j); a share of them
 reversed (j, i: negative delta), repeated (j, j: 0) and with a mismatched instruction (another instruction of the
 data: delta 0, done 0).
+
+Instructions: the data's task encodes them (``instruction_observation``: token ids over its vocabulary and sentence
+embeddings, as its env observes them); the caller passes that encoder in (``task_instruction_observation``), so this
+module knows no task's vocabulary.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,27 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rlrobot.rewards.prm import EMBEDDING_DIM, EMBEDDING_KEY, TOKENS_KEY, relative_delta
+from rlrobot.data.demonstrations import obs_feature
+from rlrobot.data.lerobot_dataset import read_lerobot_dataset
+from rlrobot.data.transitions import dataset_meta
+from rlrobot.envs.language import EMBEDDING_DIM, EMBEDDING_KEY, TOKENS_KEY, InstructionEmbeddings
+from rlrobot.envs.registry import is_adapter_task, task_spec
+
+InstructionObservation = Callable[[list[str]], dict[str, np.ndarray]]
+"""instruction strings -> the task's observations of them (``instruction_tokens`` [N, L] token ids,
+``instruction_embedding`` [N, 384]): a language task's ``instruction_observation``, which datasets are encoded with"""
+
+
+def value_update(value: Tensor, delta: Tensor) -> Tensor:
+    """VLAC's value update V_{i+1} = V_i + (1 - V_i) * delta, clipped to [0, 1] (values are progress fractions)."""
+    return (value + (1.0 - value) * delta).clamp(0.0, 1.0)
+
+
+def relative_delta(p_before: Tensor, p_after: Tensor, floor: float = 0.05) -> Tensor:
+    """The delta label of a pair of frames with progress p_before -> p_after: the one the value update turns back into
+    p_after, (p_after - p_before) / (1 - p_before), the denominator floored (a frame at progress 1), clipped to
+    [-1, 1]."""
+    return ((p_after - p_before) / (1.0 - p_before).clamp_min(floor)).clamp(-1.0, 1.0)
 
 
 def dataset_dirs(spec: str) -> list[Path]:
@@ -56,7 +81,7 @@ def dataset_dirs(spec: str) -> list[Path]:
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman rank correlation (average ranks for ties); NaN when either side is constant."""
-    from scipy.stats import rankdata
+    from scipy.stats import rankdata  # scipy is not a declared dependency: loaded only where ranks are compared
 
     ra, rb = rankdata(a), rankdata(b)
     if ra.std() == 0 or rb.std() == 0:
@@ -158,21 +183,16 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
                        min_time_correlation: float = 0.5, device: torch.device | str = "cpu",
                        exclude_families: tuple[str, ...] = (), only_families: tuple[str, ...] = (),
                        max_episodes: int = 0, flat_tolerance: float = 0.05, filter_failures: bool = True,
-                       success_labels: str = "time", after_success: str = "hold") -> ProgressData:
+                       success_labels: str = "time", after_success: str = "hold",
+                       instruction_observation: InstructionObservation | None = None) -> ProgressData:
     """Read and label the datasets of ``spec`` (``DIR[,DIR...]``). Refuses (one line naming the feature) a dataset
     without an observation the PRM reads, or with another shape. ``exclude_families`` / ``only_families`` select
     datasets by the suite family of the task they were collected on (``meta/rlrobot.json``). ``filter_failures=False``
     applies the time-correlation filter to successful episodes only: a failure's labels are the task's measured
     progress (not time), so a failure that rises and falls is what teaches regressions, not label noise.
     ``success_labels``, ``after_success``: ``label_episode``'s (evaluation data keeps "time" and "hold", the metric's
-    definition)."""
-    from rlrobot.data.demonstrations import obs_feature
-    from rlrobot.data.lerobot_dataset import read_lerobot_dataset
-    from rlrobot.data.transitions import dataset_meta
-    from rlrobot.envs.language import InstructionEmbeddings
-    from rlrobot.tasks.so101_suite import EMBEDDINGS_TABLE
-
-    embedder = InstructionEmbeddings(EMBEDDINGS_TABLE)  # the suite's table; other strings run the sentence encoder
+    definition). ``instruction_observation``: the task's encoder of instructions (token ids and sentence embeddings,
+    as its env observes them); None for a task without instructions."""
     read_tokens = TOKENS_KEY in obs_keys  # token ids come from the frames' task strings, not from a stored feature
     obs_keys = tuple(k for k in obs_keys if k != TOKENS_KEY)
     obs: dict[str, list[np.ndarray]] = {k: [] for k in obs_keys}
@@ -242,12 +262,15 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
                          f"only_families={only_families})")
     instructions = sorted(set(texts))
     lookup = {t: i for i, t in enumerate(instructions)}
-    if len(instructions) == 1 and instructions[0] not in embedder.cache:
-        # a single-task dataset outside the suite: its one instruction carries no information (and the task's env
-        # observes none), so a zero embedding stands for it instead of loading the sentence encoder (~20 s)
+    observed = instruction_observation(instructions) if instruction_observation is not None else {}
+    if observed:
+        embeddings = observed[EMBEDDING_KEY]
+    elif len(instructions) == 1:
+        # a single-task dataset of a task without instructions: its one instruction carries no information (and the
+        # task's env observes none), so a zero embedding stands for it instead of loading the sentence encoder (~20 s)
         embeddings = np.zeros((1, EMBEDDING_DIM), np.float32)
     else:
-        embeddings = embedder(instructions)
+        embeddings = InstructionEmbeddings()(instructions)
 
     def t(x: np.ndarray, dtype=None) -> Tensor:
         return torch.as_tensor(np.ascontiguousarray(x), dtype=dtype, device=device)
@@ -259,12 +282,13 @@ def load_progress_data(spec: str, obs_keys: tuple[str, ...], obs_shapes: dict[st
     obs_t = {k: t(np.concatenate(v), torch.float32 if k == "state" else torch.uint8) for k, v in obs.items()}
     tokens = None
     if read_tokens:
-        from rlrobot.tasks.so101_suite import VOCABULARY
-
-        if [VOCABULARY.max_length] != list(obs_shapes[TOKENS_KEY]):
+        if TOKENS_KEY not in observed:
+            raise ValueError(f"the PRM reads {TOKENS_KEY!r}, the instruction's token ids: the data's task has no "
+                             "instruction vocabulary to encode its instructions with")
+        if list(observed[TOKENS_KEY].shape[1:]) != list(obs_shapes[TOKENS_KEY]):
             raise ValueError(f"the PRM's observation {TOKENS_KEY!r} has shape {list(obs_shapes[TOKENS_KEY])}; the "
-                             f"suite's instruction vocabulary writes [{VOCABULARY.max_length}]")
-        tokens = t(VOCABULARY.encode(instructions))
+                             f"task's instruction vocabulary writes {list(observed[TOKENS_KEY].shape[1:])}")
+        tokens = t(observed[TOKENS_KEY])
     kept = sum(e["trains_progress"] for e in episode_info)
     info = {"datasets": used_dirs, "episodes": len(episode_info), "frames": total,
             "successful_episodes": sum(e["success"] for e in episode_info), "progress_episodes": kept,
@@ -367,5 +391,56 @@ def sample_pairs(data: ProgressData, batch_size: int, generator: torch.Generator
                      done=(data.done[f] & ~wrong).float())
 
 
-__all__ = ["AFTER_SUCCESS", "EMBEDDING_KEY", "FORWARD", "MISMATCHED", "REPEATED", "REVERSED", "PairBatch", "ProgressData",
-           "dataset_dirs", "label_episode", "load_progress_data", "other_instruction", "sample_pairs", "spearman"]
+def split_holdout(data: ProgressData, holdout: int) -> tuple[ProgressData, ProgressData | None]:
+    """(train, held-out) ProgressData: the last ``holdout`` episodes of each dataset directory go to held-out."""
+    info = data.episode_info
+    per_dir: dict[str, list[int]] = {}
+    for e, row in enumerate(info):
+        per_dir.setdefault(row["dataset"], []).append(e)
+    share = max(1, holdout // max(len(per_dir), 1)) if holdout else 0
+    # at most all but one episode of each dataset is held out (a dataset of one episode trains)
+    held = sorted(e for eps in per_dir.values() for e in eps[len(eps) - min(share, len(eps) - 1):] if share)
+    mask = np.isin(data.episode_index.cpu().numpy(), held)
+    return subset(data, ~mask), (subset(data, mask) if held else None)
+
+
+def subset(data: ProgressData, keep_mask: np.ndarray) -> ProgressData:
+    """The frames of ``keep_mask`` (whole episodes) as a new ProgressData with re-based episode starts."""
+    keep = torch.as_tensor(np.asarray(keep_mask), device=data.device)
+    idx = torch.nonzero(keep).squeeze(1)
+    episodes = data.episode_index[idx]
+    new_index = torch.unique_consecutive(episodes, return_inverse=True)[1]
+    first = torch.ones(len(idx), dtype=torch.bool, device=data.device)
+    first[1:] = episodes[1:] != episodes[:-1]
+    starts = torch.nonzero(first).squeeze(1)
+    start = starts[new_index]
+    kept_eps = torch.unique_consecutive(episodes).tolist()
+    return ProgressData(obs={k: v[idx] for k, v in data.obs.items()}, instruction_id=data.instruction_id[idx],
+                        instruction_family=data.instruction_family,
+                        instruction_embeddings=data.instruction_embeddings, instructions=data.instructions,
+                        progress=data.progress[idx], done=data.done[idx], episode_index=new_index, episode_start=start,
+                        trains_progress=data.trains_progress[idx], episode_info=[data.episode_info[e] for e in kept_eps],
+                        info=dict(data.info, episodes=len(kept_eps), frames=len(idx),
+                                  successful_episodes=sum(data.episode_info[e]["success"] for e in kept_eps),
+                                  progress_episodes=sum(data.episode_info[e]["trains_progress"] for e in kept_eps),
+                                  filtered_episodes=sum(not data.episode_info[e]["trains_progress"] for e in kept_eps)),
+                        instruction_tokens=data.instruction_tokens)
+
+
+def task_instruction_observation(task: str | None) -> InstructionObservation | None:
+    """The instruction encoder of a native task (its env class's ``instruction_observation``: the language suite's),
+    or None for a task without instructions (or none named)."""
+    if not task or is_adapter_task(task):
+        return None
+    return getattr(task_spec(task).entry_point, "instruction_observation", None)
+
+
+def recorded_task(spec: str) -> str | None:
+    """The task the first dataset of ``spec`` was recorded on (``meta/rlrobot.json``), None where it names none."""
+    return dataset_meta(dataset_dirs(spec)[0])[1].get("task")
+
+
+__all__ = ["AFTER_SUCCESS", "EMBEDDING_KEY", "FORWARD", "MISMATCHED", "REPEATED", "REVERSED", "InstructionObservation",
+           "PairBatch", "ProgressData", "dataset_dirs", "label_episode", "load_progress_data", "other_instruction",
+           "recorded_task", "relative_delta", "sample_pairs", "spearman", "split_holdout", "subset",
+           "task_instruction_observation", "value_update"]

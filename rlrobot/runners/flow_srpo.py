@@ -9,6 +9,7 @@ import torch
 
 from rlrobot.algorithms.flow_ppo import FlowPPO
 from rlrobot.config import TrainConfig
+from rlrobot.rewards.progress_reward import prm_features
 from rlrobot.rewards.srpo import (
     group_filter,
     instruction_ids,
@@ -28,8 +29,6 @@ class FlowSRPORunner(FlowOnPolicyRunner):
         super().__init__(cfg)
         section = cfg.flow_srpo
         if section.encoder:
-            from rlrobot.rewards.prm_reward import prm_features
-
             self.features, self.standardise = prm_features(section.encoder[4:], self.env, self.device), False
         else:
             self.features, self.standardise = state_features, True

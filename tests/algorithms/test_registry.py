@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rlrobot.algorithms.registry import algorithm_names, algorithm_spec
+from rlrobot.checkpoints import CONFIG_VERSION
 from rlrobot.config import TrainConfig, config_class, config_from_dict, train_config
 from rlrobot.policies.registry import policy_kinds, policy_spec
 
@@ -89,6 +90,13 @@ def _smoke_config(algo: str, tmp_path, demos) -> TrainConfig:
         cfg.dataset, cfg.num_envs = str(demos), 1
         cfg.prm = dataclasses.replace(cfg.prm, num_updates=4, updates_per_iteration=2, batch_size=16, eval_dataset=str(demos))
         cfg.prm_net = dataclasses.replace(cfg.prm_net, state_hidden=(16,), embed_dim=8, text_dim=8, head_hidden=(16,))
+    elif algo == "sarm":  # LeRobot's SARM on the demos' progress labels (the vla extra: its venv runs this)
+        pytest.importorskip("lerobot", reason="lerobot is not installed (the vla extra, Python >= 3.12)")
+        cfg.dataset, cfg.num_envs = str(demos), 1
+        cfg.sarm = dataclasses.replace(cfg.sarm, num_updates=4, updates_per_iteration=2, batch_size=8,
+                                       eval_dataset=str(demos), calibration_episodes=0)
+        cfg.sarm_net = dataclasses.replace(cfg.sarm_net, hidden_dim=16, num_layers=1, n_obs_steps=2, frame_gap=2,
+                                           max_rewind_steps=1)
     elif algo_spec_kind(algo) == "offline":  # every offline algorithm (rlrobot.algorithms.offline): a few updates
         cfg.dataset, cfg.num_envs = str(demos), 1
         setattr(cfg, cfg.spec.config_field, dataclasses.replace(cfg.algorithm, gradient_steps=4, updates_per_iteration=2,
@@ -126,7 +134,7 @@ def test_every_registered_algorithm_validates_trains_and_round_trips(algo, tmp_p
     assert any(not torch.equal(before[k], v) for k, v in runner.policy.state_dict().items())  # it trained
     saved = json.loads((tmp_path / algo / "config.json").read_text())
     assert saved["policy_kind"] == algorithm_spec(algo).policy_kind
-    assert saved["train"]["config_version"] == 2
+    assert saved["train"]["config_version"] == CONFIG_VERSION
     assert config_from_dict(saved["train"]) == cfg  # what a run saves loads back as the same config
 
 

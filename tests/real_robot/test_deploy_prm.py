@@ -13,7 +13,7 @@ from rlrobot.checkpoints import save_checkpoint
 from rlrobot.data.lerobot_dataset import read_lerobot_dataset
 from rlrobot.real_robot.deploy import DeployArgs, run_deploy
 from rlrobot.real_robot.executor import ExecutorConfig
-from rlrobot.rewards.prm import PRMNetConfig, VLACProgressModel, load_progress_model, prm_metadata
+from rlrobot.rewards.progress_model import PRMNetConfig, VLACProgressModel, load_progress_model, prm_metadata
 
 
 def tiny_prm(root, task):

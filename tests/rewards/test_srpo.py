@@ -11,6 +11,7 @@ import rlrobot
 from rlrobot.config import train_config
 from rlrobot.rewards import RewardConfig
 from rlrobot.rewards.srpo import (
+    SRPORewardConfig,
     SRPOSettings,
     dbscan_labels,
     group_filter,
@@ -150,8 +151,9 @@ def test_srpo_is_refused_where_it_cannot_work():
     with pytest.raises(ValueError, match="embeds episodes by their state"):
         cfg = train_config("ppo", task="so101-reach", obs_mode="rgb", reward=RewardConfig(shaping="srpo"))
         cfg.reward.validate(cfg)  # (the MLP policy would refuse the config first)
-    with pytest.raises(ValueError, match="reward.srpo_memory must be >= 1"):
-        train_config("ppo", reward=RewardConfig(shaping="srpo", srpo_memory=0)).validate()
+    with pytest.raises(ValueError, match="reward.srpo.memory must be >= 1"):
+        cfg = train_config("ppo", reward=RewardConfig(shaping="srpo", srpo=SRPORewardConfig(memory=0)))
+        cfg.reward.validate(cfg)
 
 
 def test_flow_srpo_trains_on_grouped_episodes(tmp_path):

@@ -1,8 +1,8 @@
-"""LeRobot's SARM behind the ProgressRewardModel protocol (issue 20 item 5, ``rlrobot.rewards.sarm``): LeRobot's own
-SARMRewardModel built offline with tiny random weights, trained on our labels with its own loss; windows with rewind
-and language perturbation; the protocol's pair deltas flip sign when reversed; save -> load round trip through
-LeRobot's save_pretrained / from_pretrained (local directory only) and the observation-space refusal; the command
-trains and evaluates on a LeRobotDataset collected here.
+"""LeRobot's SARM behind the ProgressRewardModel protocol (``rlrobot.rewards.sarm``, trained by ``--algo sarm``):
+LeRobot's own SARMRewardModel built offline with tiny random weights, trained on our labels with its own loss; windows
+with rewind and language perturbation; the protocol's pair deltas flip sign when reversed; save -> load round trip
+through LeRobot's save_pretrained / from_pretrained (local directory only) and the observation-space refusal; a
+``--algo sarm`` run trains, evaluates, resumes bit-exactly and loads like any PRM on a LeRobotDataset collected here.
 
 Needs the ``vla`` extra (Python >= 3.12, lerobot 0.6.1): ``.ci/run`` runs these in the VLA venv.
 """
@@ -20,21 +20,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 pytest.importorskip("lerobot", reason="lerobot is not installed (the vla extra, Python >= 3.12; .ci/run runs these in its venv)")
 
+from rlrobot.algorithms.sarm import SARMConfig, SARMLearner, sarm_batch  # noqa: E402
 from rlrobot.data.progress_labels import ProgressData  # noqa: E402
-from rlrobot.rewards.prm import ProgressRewardModel  # noqa: E402
-from rlrobot.rewards.sarm import (  # noqa: E402
-    SARMAdapterConfig,
-    SARMProgressModel,
-    build_sarm,
-    calibrate_done_threshold,
-    load_sarm,
-    sarm_batch,
-    save_sarm,
-    train_sarm,
-)
+from rlrobot.rewards.progress_model import ProgressRewardModel, load_progress_model  # noqa: E402
+from rlrobot.rewards.sarm import SARMNetConfig, SARMProgressModel, build_sarm, load_sarm, save_sarm  # noqa: E402
 
-TINY = SARMAdapterConfig(hidden_dim=32, num_layers=1, num_heads=2, n_obs_steps=3, frame_gap=2, max_rewind_steps=2,
-                         batch_size=16, num_updates=100, lr=3e-3, dropout=0.0)
+TINY = SARMNetConfig(hidden_dim=32, num_layers=1, num_heads=2, n_obs_steps=3, frame_gap=2, max_rewind_steps=2, dropout=0.0)
+TRAIN = SARMConfig(batch_size=16, num_updates=100, lr=3e-3)
 
 
 def moving_data(episodes: int = 8, length: int = 24, seed: int = 0) -> ProgressData:
@@ -62,8 +54,8 @@ def moving_data(episodes: int = 8, length: int = 24, seed: int = 0) -> ProgressD
 
 def test_windows_end_at_the_frame_rewind_goes_back_and_perturbed_targets_are_zero():
     data = moving_data()
-    cfg = dataclasses.replace(TINY, batch_size=512, rewind_probability=1.0, language_perturbation_probability=0.25)
-    batch = sarm_batch(data, cfg, torch.Generator().manual_seed(0), torch.arange(len(data)))
+    cfg = dataclasses.replace(TINY, rewind_probability=1.0, language_perturbation_probability=0.25)
+    batch = sarm_batch(data, cfg, 512, torch.Generator().manual_seed(0), torch.arange(len(data)))
     n = cfg.n_obs_steps + 1
     assert batch["states"].shape == (512, n + cfg.max_rewind_steps, 4)
     own = batch["text_features"] @ data.instruction_embeddings.T
@@ -86,16 +78,21 @@ def test_windows_end_at_the_frame_rewind_goes_back_and_perturbed_targets_are_zer
 
 @pytest.fixture(scope="module")
 def trained():
+    import random
+
     torch.manual_seed(0)
+    random.seed(0)  # SARM's teacher forcing draws from Python's random
     data = moving_data()
     model = SARMProgressModel(build_sarm(4, TINY), 4, TINY)
     model.fit_state_stats(data.obs["state"])
-    history = train_sarm(model, data, TINY, log_every=25, log=None)
-    return model, data, history
+    learner = SARMLearner(model, data, TRAIN)
+    generator = torch.Generator().manual_seed(0)
+    history = [learner.update(25, generator) for _ in range(4)]
+    return model, data, history, learner
 
 
 def test_trained_tiny_sarm_flips_reversed_pairs_and_round_trips(trained, tmp_path):
-    model, data, history = trained
+    model, data, history, learner = trained
     assert isinstance(model, ProgressRewardModel)
     assert history[-1]["sparse_subtask_loss"] < 0.5 * history[0]["sparse_subtask_loss"]
     test = dataclasses.replace(moving_data(episodes=4, seed=3), instruction_embeddings=data.instruction_embeddings)
@@ -106,7 +103,8 @@ def test_trained_tiny_sarm_flips_reversed_pairs_and_round_trips(trained, tmp_pat
     rev, _ = model.progress(test.frames(j), test.frames(i), test.embedding(j))
     assert fwd.shape == done.shape == j.shape and fwd.abs().max() <= 1.0 and ((done >= 0) & (done <= 1)).all()
     assert float(((fwd > 0) & (rev < 0)).float().mean()) > 0.9
-    calib = calibrate_done_threshold(model, test)
+    learner.calibration_data = test
+    calib = learner.calibrate_done_threshold()
     # the threshold of 0.05, 0.10, ..., 0.95 with the best F1 of the done probability against the done labels
     every = torch.arange(len(test))
     with torch.no_grad():
@@ -132,30 +130,52 @@ def test_trained_tiny_sarm_flips_reversed_pairs_and_round_trips(trained, tmp_pat
 
 def test_config_validation_names_the_field():
     for field, value in (("max_rewind_steps", 3), ("hidden_dim", 31), ("rewind_probability", 2.0)):
-        with pytest.raises(ValueError, match=f"sarm.{field}"):
+        with pytest.raises(ValueError, match=f"sarm_net.{field}"):
             dataclasses.replace(TINY, **{field: value}).validate()
 
 
-def test_command_trains_and_evaluates_on_a_collected_dataset(tmp_path):
+def test_sarm_run_trains_evaluates_resumes_and_loads_like_any_prm(tmp_path):
     import json
 
+    from rlrobot.checkpoints import load_checkpoint
     from rlrobot.commands.collect import CollectArgs, collect_demonstrations
-    from rlrobot.rewards.sarm import SARMTrainArgs, main
+    from rlrobot.commands.prm_eval import PRMEvalArgs, run_prm_eval
+    from rlrobot.config import train_config
+    from rlrobot.runners.base import make_runner
 
     data = tmp_path / "push-to"
     collect_demonstrations(CollectArgs(task="so101-push-to", episodes=3, out=str(data), num_envs=3, recipe="expert"))
-    out = main(SARMTrainArgs(dataset=str(data), eval_dataset=str(data), out=str(tmp_path / "sarm"),
-                             sarm=dataclasses.replace(TINY, num_updates=4, calibration_episodes=1)))
+
+    def config(out):
+        return train_config("sarm", task="so101-push-to", dataset=str(data), num_envs=1, out=str(out), logger="none",
+                            num_threads=1, checkpoint_every=1, eval_every=0, video=True, sarm_net=TINY,
+                            sarm=dataclasses.replace(TRAIN, num_updates=4, updates_per_iteration=2, calibration_episodes=1,
+                                                     eval_dataset=str(data)))
+
+    result = make_runner(config(tmp_path / "sarm")).learn()
     m = json.loads((tmp_path / "sarm" / "prm_eval" / "metrics.json").read_text())["metrics"]
-    assert json.dumps(m, sort_keys=True) == json.dumps(out["metrics"], sort_keys=True, default=float) and m["episodes"] == 3
+    assert m["episodes"] == 3 and m["spearman_mean"] == pytest.approx(result["eval"]["spearman_mean"], nan_ok=True)
     assert (tmp_path / "sarm" / "prm_eval" / "progress_curves.png").is_file()
-    assert load_sarm(tmp_path / "sarm").observation_space == {"state": [89]}
     # behind the same loader as the VLAC-style PRM (rlrobot prm-eval, --reward.shaping prm:PATH, deploy --reward)
-    from rlrobot.rewards.prm import load_progress_model
-
-    assert isinstance(load_progress_model(tmp_path / "sarm", observation_space={"state": (89,)}), ProgressRewardModel)
-    from rlrobot.commands.prm_eval import PRMEvalArgs, run_prm_eval
-
+    model = load_progress_model(tmp_path / "sarm", observation_space={"state": (89,)})
+    assert isinstance(model, SARMProgressModel) and isinstance(model, ProgressRewardModel)
+    assert model.observation_space == {"state": [89]} and model.done_threshold == m["done_threshold"]
     again = run_prm_eval(PRMEvalArgs(checkpoint=str(tmp_path / "sarm"), dataset=str(data), out=str(tmp_path / "ev")))
     assert again["metrics"]["spearman_mean"] == pytest.approx(m["spearman_mean"], nan_ok=True)
     assert again["metrics"]["done_f1"] == m["done_f1"] and again["metrics"]["done_threshold"] == m["done_threshold"]
+    with pytest.raises(ValueError, match="PRM observation 'state' has shape \\[89\\] in the checkpoint"):
+        load_progress_model(tmp_path / "sarm", observation_space={"state": (27,)})
+    # interrupted after 1 of 2 iterations, then resumed: the same weights (Adam, the generator and Python's random)
+    runner = make_runner(config(tmp_path / "b"))
+    runner._start()
+    runner._train_and_log(None)
+    runner.save()
+    resumed = config(tmp_path / "b")
+    resumed.resume = True
+    make_runner(resumed).learn()
+    wa, _, _ = load_checkpoint(tmp_path / "sarm")
+    wb, _, _ = load_checkpoint(tmp_path / "b")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # a SARM adapter directory (save_sarm) loads through the same loader
+    save_sarm(model, tmp_path / "adapter")
+    assert isinstance(load_progress_model(tmp_path / "adapter", observation_space={"state": (89,)}), SARMProgressModel)

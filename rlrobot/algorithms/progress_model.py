@@ -1,12 +1,13 @@
-"""``rlrobot train --algo prm``: the VLAC-style process reward model (``rlrobot.rewards.prm``) from LeRobotDatasets of
-demonstrations and failures (``--dataset DIR[,DIR...]``; labels and pairs: ``rlrobot.data.progress_labels``).
+"""``rlrobot train --algo prm``: the VLAC-style process reward model (``rlrobot.rewards.progress_model``) from
+LeRobotDatasets of demonstrations and failures (``--dataset DIR[,DIR...]``; labels and pairs:
+``rlrobot.data.progress_labels``).
 
 Loss per update: mean squared error of tanh(delta logit) against the pair labels (forward, reversed, repeated,
 mismatched pairs in one batch) + binary cross-entropy of the completion model on frames' done pseudo labels (a share
 with a mismatched instruction, label 0). AdamW, gradient-norm clip. The env of ``--task`` is built only for its
 observation space (the checkpoint records it; ``load_progress_model`` refuses another); evaluation is on held-out
 episodes (``--prm.eval-dataset``, else the last ``--prm.holdout-episodes`` of the data) with the metrics of
-``rlrobot prm-eval`` (Spearman of the progress curve, done F1, reversed and mismatched checks).
+``rlrobot.data.progress_metrics`` (Spearman of the progress curve, done F1, reversed and mismatched checks).
 """
 
 from __future__ import annotations
@@ -20,9 +21,20 @@ from torch import nn
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.algorithms.sft import DatasetInput
+from rlrobot.data.progress_labels import (
+    AFTER_SUCCESS,
+    FORWARD,
+    MISMATCHED,
+    REVERSED,
+    SUCCESS_LABELS,
+    PairBatch,
+    ProgressData,
+    sample_pairs,
+)
 from rlrobot.domains import Domain, NonNegative, NonNegativeInt, Positive, PositiveInt, UnitInterval
+from rlrobot.envs.registry import is_adapter_task, task_spec
 from rlrobot.policies.registry import PolicySpec, register_policy
-from rlrobot.rewards.prm import PRMNetConfig, VLACProgressModel
+from rlrobot.rewards.progress_model import PRMNetConfig, VLACProgressModel
 
 
 @dataclass
@@ -123,19 +135,16 @@ class PRMConfig(AlgorithmConfig):
         shares = (self.anchor_share, self.reversed_share, self.repeated_share, self.mismatched_share)
         if any(not 0.0 <= s <= 1.0 for s in shares) or sum(shares[1:]) >= 1.0:
             raise ValueError(f"prm.*_share must be in [0, 1] and reversed + repeated + mismatched < 1, got {shares}")
-        from rlrobot.data.progress_labels import AFTER_SUCCESS, SUCCESS_LABELS
-
         if self.success_labels not in SUCCESS_LABELS:
             raise ValueError(f"prm.success_labels={self.success_labels!r} is not one of {SUCCESS_LABELS}")
         if self.after_success not in AFTER_SUCCESS:
             raise ValueError(f"prm.after_success={self.after_success!r} is not one of {AFTER_SUCCESS}")
         if not -1.0 <= self.min_time_correlation <= 1.0:
             raise ValueError(f"prm.min_time_correlation must be in [-1, 1], got {self.min_time_correlation}")
-        from rlrobot.tasks.so101_suite import FAMILIES
-
-        bad = [f for f in self.exclude_families if f not in FAMILIES]
+        families = () if is_adapter_task(run.task) else getattr(task_spec(run.task).entry_point, "family_names", ())
+        bad = [f for f in self.exclude_families if f not in families]
         if bad:
-            raise ValueError(f"prm.exclude_families: {bad[0]!r} is not one of {FAMILIES}")
+            raise ValueError(f"prm.exclude_families: {bad[0]!r} is not one of task {run.task!r}'s families {families}")
         if not getattr(run, "dataset", ""):
             raise ValueError("dataset: algo='prm' trains from LeRobotDatasets (--dataset DIR[,DIR...])")
 
@@ -150,7 +159,8 @@ class PRMConfig(AlgorithmConfig):
 class PRMLearner:
     """Owns the model's optimizer and the update counter (``state_dict`` for --resume)."""
 
-    def __init__(self, model: VLACProgressModel, data, cfg: PRMConfig, device: torch.device, calibration_data=None):
+    def __init__(self, model: VLACProgressModel, data: ProgressData, cfg: PRMConfig, device: torch.device,
+                 calibration_data: ProgressData | None = None):
         self.model, self.data, self.cfg, self.device = model, data, cfg, device
         self.calibration_data = calibration_data  # episodes kept out of training for the done threshold (None: training)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -162,9 +172,7 @@ class PRMLearner:
         frac = min(self.updates / max(self.cfg.num_updates, 1), 1.0)
         return self.cfg.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * frac)))
 
-    def losses(self, batch) -> dict[str, torch.Tensor]:
-        from rlrobot.data.progress_labels import FORWARD, MISMATCHED, REVERSED
-
+    def losses(self, batch: PairBatch) -> dict[str, torch.Tensor]:
         logit, match = self.model.pair_outputs(batch.before, batch.after, batch.embedding)
         delta = self.model.squash_delta(logit, match)
         done_logit = self.model.done_logits(batch.done_obs, batch.done_embedding)
@@ -183,8 +191,6 @@ class PRMLearner:
         return out
 
     def update(self, n: int, generator: torch.Generator) -> dict[str, float]:
-        from rlrobot.data.progress_labels import sample_pairs
-
         cfg = self.cfg
         totals: dict[str, float] = {}
         self.model.train()
@@ -237,48 +243,6 @@ class PRMLearner:
         self.updates = int(state["updates"])
 
 
-def split_holdout(data, holdout: int):
-    """(train, held-out) ProgressData: the last ``holdout`` episodes of each dataset directory go to held-out."""
-    import numpy as np
-
-    info = data.episode_info
-    per_dir: dict[str, list[int]] = {}
-    for e, row in enumerate(info):
-        per_dir.setdefault(row["dataset"], []).append(e)
-    share = max(1, holdout // max(len(per_dir), 1)) if holdout else 0
-    # at most all but one episode of each dataset is held out (a dataset of one episode trains)
-    held = sorted(e for eps in per_dir.values() for e in eps[len(eps) - min(share, len(eps) - 1):] if share)
-    mask = np.isin(data.episode_index.cpu().numpy(), held)
-    return subset(data, ~mask), (subset(data, mask) if held else None)
-
-
-def subset(data, keep_mask):
-    """The frames of ``keep_mask`` (whole episodes) as a new ProgressData with re-based episode starts."""
-    import numpy as np
-
-    from rlrobot.data.progress_labels import ProgressData
-
-    keep = torch.as_tensor(np.asarray(keep_mask), device=data.device)
-    idx = torch.nonzero(keep).squeeze(1)
-    episodes = data.episode_index[idx]
-    new_index = torch.unique_consecutive(episodes, return_inverse=True)[1]
-    first = torch.ones(len(idx), dtype=torch.bool, device=data.device)
-    first[1:] = episodes[1:] != episodes[:-1]
-    starts = torch.nonzero(first).squeeze(1)
-    start = starts[new_index]
-    kept_eps = torch.unique_consecutive(episodes).tolist()
-    return ProgressData(obs={k: v[idx] for k, v in data.obs.items()}, instruction_id=data.instruction_id[idx],
-                        instruction_family=data.instruction_family,
-                        instruction_embeddings=data.instruction_embeddings, instructions=data.instructions,
-                        progress=data.progress[idx], done=data.done[idx], episode_index=new_index, episode_start=start,
-                        trains_progress=data.trains_progress[idx], episode_info=[data.episode_info[e] for e in kept_eps],
-                        info=dict(data.info, episodes=len(kept_eps), frames=len(idx),
-                                  successful_episodes=sum(data.episode_info[e]["success"] for e in kept_eps),
-                                  progress_episodes=sum(data.episode_info[e]["trains_progress"] for e in kept_eps),
-                                  filtered_episodes=sum(not data.episode_info[e]["trains_progress"] for e in kept_eps)),
-                        instruction_tokens=data.instruction_tokens)
-
-
 def _build_prm(meta: dict[str, Any], net: PRMNetConfig) -> VLACProgressModel:
     return VLACProgressModel(meta["observation_space"], net)
 
@@ -287,4 +251,4 @@ register_policy(PolicySpec("prm", "prm_net", PRMNetConfig, _build_prm))
 
 register_algorithm(AlgorithmSpec(
     "prm", "VLAC-style process reward model (progress delta + done) from demonstrations and failures (--dataset)",
-    "prm", PRMConfig, "prm", "rlrobot.runners.prm:PRMRunner", run_fields=(DatasetInput,)))
+    "prm", PRMConfig, "prm", "rlrobot.runners.progress_model:PRMRunner", run_fields=(DatasetInput,)))

@@ -10,8 +10,8 @@ import rlrobot
 from rlrobot.checkpoints import save_checkpoint
 from rlrobot.config import train_config
 from rlrobot.rewards import RewardConfig
-from rlrobot.rewards.prm import PRMNetConfig, VLACProgressModel, prm_metadata
-from rlrobot.rewards.prm_reward import PRMReward
+from rlrobot.rewards.progress_model import PRMNetConfig, VLACProgressModel, prm_metadata
+from rlrobot.rewards.progress_reward import PRMReward, ProgressRewardConfig
 
 GAMMA = 0.9
 TINY = PRMNetConfig(obs_keys=("state",), state_hidden=(16,), embed_dim=8, text_dim=8, head_hidden=(16,))
@@ -70,7 +70,7 @@ def test_prm_wrapper_keeps_episode_stats_and_the_potential_boundary_identity(tmp
 
 def test_prm_progress_mode_pays_the_progress_of_the_frame_reached_from_the_first(tmp_path):
     ckpt = tiny_prm(tmp_path)
-    cfg = RewardConfig(shaping=f"prm:{ckpt}", prm_mode="progress", prm_scale=0.5)
+    cfg = RewardConfig(shaping=f"prm:{ckpt}", prm=ProgressRewardConfig(mode="progress", scale=0.5))
     env = rlrobot.make(TASK, 3, seed=0, reward_mode="sparse", max_episode_steps=6, reward_wrappers=cfg.wrappers(0.99))
     model = env.model
     obs, _ = env.reset(seed=0)
@@ -87,8 +87,8 @@ def test_prm_progress_mode_pays_the_progress_of_the_frame_reached_from_the_first
         done = terminated | truncated
         first = torch.where(done[:, None], obs["state"], first)  # new episodes measure from their own first frame
     assert max(paid) > 0.01  # the term is not trivially zero
-    with pytest.raises(ValueError, match="prm_mode"):
-        RewardConfig(shaping=f"prm:{ckpt}", prm_mode="level").validate(train_config("ppo", task=TASK))
+    with pytest.raises(ValueError, match="reward.prm.mode='level' is not one of"):
+        RewardConfig(shaping=f"prm:{ckpt}", prm=ProgressRewardConfig(mode="level")).validate(train_config("ppo", task=TASK))
     env.close()
 
 
@@ -171,10 +171,14 @@ def test_prm_reward_trains_ppo_and_refuses_bad_input(tmp_path):
     assert summary["env_steps"] == 48
     with pytest.raises(ValueError, match="does not exist"):  # read when the training env is wrapped, before any step
         rlrobot.make(TASK, 2, seed=0, reward_wrappers=RewardConfig(shaping=f"prm:{tmp_path / 'missing'}").wrappers(0.99))
-    with pytest.raises(ValueError, match="needs a path"):
+    with pytest.raises(ValueError, match="reward.shaping: prm:PATH needs its PATH"):
         train_config("ppo", reward=RewardConfig(shaping="prm:")).validate()
-    with pytest.raises(ValueError, match="reward.prm_mode='sum' is not one of"):
-        train_config("ppo", reward=RewardConfig(shaping=f"prm:{ckpt}", prm_mode="sum")).validate()
+    with pytest.raises(ValueError, match="reward.prm.mode='sum' is not one of"):
+        train_config("ppo", reward=RewardConfig(shaping=f"prm:{ckpt}", prm=ProgressRewardConfig(mode="sum"))).validate()
+    with pytest.raises(ValueError, match="reward.prm.done ends single episodes, which needs a native task"):
+        cfg = train_config("ppo", task="gym:Pendulum-v1", reward=RewardConfig(shaping=f"prm:{ckpt}",
+                                                                           prm=ProgressRewardConfig(done=True)))
+        cfg.reward.validate(cfg)
     other = tiny_prm(tmp_path, "so101-push")  # another state size: refused when the env is built, before any step
     with pytest.raises(ValueError, match="PRM observation 'state' has shape"):
         rlrobot.make(TASK, 2, seed=0, reward_wrappers=RewardConfig(shaping=f"prm:{other}").wrappers(0.99))

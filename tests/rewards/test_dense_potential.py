@@ -117,7 +117,7 @@ def test_chunk_learners_discount_the_potential_once_per_chunk():
 
 
 def test_flow_runner_sets_the_chunk_discount_of_potential_rewards(tmp_path):
-    from rlrobot.rewards.shaping import PotentialShaping
+    from rlrobot.rewards.dense_potential import PotentialShaping
     from rlrobot.runners.base import make_runner
 
     cfg = train_config("flow-noise", task="so101-reach", reward_mode="sparse", num_envs=2, total_steps=1000,

@@ -16,11 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import ChunkDiscount, register_reward
+from rlrobot.rewards.discount import ChunkDiscount
+from rlrobot.rewards.registry import RewardSpec, register_reward
 
 
 class PotentialShaping(ChunkDiscount):
-    def __init__(self, env, gamma: float):
+    """The env's reward plus gamma Phi(s') - Phi(s), Phi the task's dense reward (0 at a terminal state)."""
+
+    def __init__(self, env: Any, gamma: float):
         if not hasattr(env, "potential"):
             raise ValueError(f"{type(env).__name__} provides no potential(): dense-potential shaping needs a native task")
         self.env, self.gamma = env, float(gamma)
@@ -65,4 +68,7 @@ class PotentialShaping(ChunkDiscount):
         self.env.set_state({**state, "arrays": arrays})
 
 
-register_reward("dense-potential", lambda gamma: (lambda env: PotentialShaping(env, gamma)))
+register_reward(RewardSpec(
+    "dense-potential", "potential-based shaping gamma Phi(s') - Phi(s) with the task's dense reward as Phi",
+    lambda gamma, settings, argument: (lambda env: PotentialShaping(env, gamma)),
+    native_task="its dense reward is the potential"))

@@ -1,8 +1,8 @@
 """``--reward.shaping prm:PATH``: a learned process reward model's progress as the training reward.
 
-The model (``rlrobot.rewards.prm``, trained by ``rlrobot train --algo prm``) maps (obs_before, obs_after, instruction)
-to a relative progress delta in [-1, 1] and a done probability. The wrapper adds to the env's reward (use
-``--reward-mode sparse``: success plus the model's progress) one of (``--reward.prm-mode``):
+The model (``rlrobot.rewards.progress_model``, trained by ``rlrobot train --algo prm`` or ``--algo sarm``) maps
+(obs_before, obs_after, instruction) to a relative progress delta in [-1, 1] and a done probability. The wrapper adds
+to the env's reward (use ``--reward-mode sparse``: success plus the model's progress) one of (``--reward.prm.mode``):
 
 * ``potential`` (default; measured better than raw on so101-reach, see the README's PRM-RL tables): potential-based shaping
   gamma Phi(s') - Phi(s) with Phi(s_t) = max(0, delta(s_0, s_t)): the progress of the current frame relative to the
@@ -17,7 +17,7 @@ to a relative progress delta in [-1, 1] and a done probability. The wrapper adds
   term cancels out of Q - V for every policy, so on a task where the policy never succeeds it teaches nothing
   (measured on so101-lift from scratch: README, RL from learned rewards).
 
-``--reward.prm-scale`` multiplies the term. ``--reward.prm-done`` ends an episode (terminated) on the first step whose
+``--reward.prm.scale`` multiplies the term. ``--reward.prm.done`` ends an episode (terminated) on the first step whose
 done probability exceeds the model's ``done_threshold`` (native tasks: the env's per-env reset is used; the episode's
 statistics are reported as for any other end). ``info["final_obs"]``, ``info["episode"]`` (``return`` = the wrapped
 return, ``task_return`` = the task's, ``success`` the task's own judgement) and the new episodes' first observations
@@ -31,33 +31,57 @@ carries no information; no sentence encoder is loaded).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from . import PRM_MODES, ChunkDiscount, register_reward
+from rlrobot.domains import Positive
+from rlrobot.envs.language import EMBEDDING_DIM, EMBEDDING_KEY
+from rlrobot.envs.registry import is_adapter_task
+from rlrobot.rewards.discount import ChunkDiscount
+from rlrobot.rewards.progress_model import load_progress_model, split_prm_paths
+from rlrobot.rewards.registry import RewardFactory, RewardSpec, register_reward
+from rlrobot.sections import Section
 
-EMBEDDING_KEY = "instruction_embedding"
+PRM_MODES = ("potential", "raw", "progress")
+
+
+@dataclass
+class ProgressRewardConfig(Section):
+    """``--reward.prm.*``: how the progress model's output becomes reward."""
+
+    mode: Literal["potential", "raw", "progress"] = "potential"
+    """potential: gamma Phi(s') - Phi(s) with Phi(s_t) = progress of s_t from the episode's first frame | raw: the
+    per-step progress delta (s_t -> s_t+1) | progress: Phi(s_t+1) itself, a level reward (not potential-based)"""
+    scale: Positive = 1.0
+    """weight of the progress term"""
+    done: bool = False
+    """end an episode (terminated) when the model's done probability exceeds its threshold"""
+
+    def validate(self, run: Any) -> None:
+        if self.mode not in PRM_MODES:
+            raise ValueError(f"reward.prm.mode={self.mode!r} is not one of {PRM_MODES}")
+        if not self.scale > 0:
+            raise ValueError(f"reward.prm.scale must be > 0, got {self.scale}")
+        if self.done and is_adapter_task(run.task):
+            raise ValueError(f"reward.prm.done ends single episodes, which needs a native task; task={run.task!r}")
 
 
 def check_prm_path(path: str, field: str = "reward.shaping") -> None:
     """Before any compute: the PRM checkpoint must exist (its observation space is checked when the env is built)."""
     if not path:
         raise ValueError(f"{field}: prm:PATH needs a path to a PRM run or checkpoint (rlrobot train --algo prm)")
-    from rlrobot.rewards.prm import split_prm_paths
-
     for one in split_prm_paths(path):  # A,B,C: an ensemble of runs
         if not one or not Path(one).exists():
             raise ValueError(f"{field}: PRM checkpoint {one!r} does not exist (train one with rlrobot train --algo prm; "
                              "an ensemble is RUN,RUN,...)")
 
 
-def load_prm(path: str, env, device: torch.device | str) -> Any:
+def load_prm(path: str, env: Any, device: torch.device | str) -> Any:
     """The PRM at ``path`` for ``env``: refused (ValueError naming the key) if it reads another observation space."""
-    from rlrobot.rewards.prm import load_progress_model
-
     check_prm_path(path)
     return load_progress_model(path, device, observation_space=env.single_observation_space)
 
@@ -66,17 +90,17 @@ class InstructionEmbedder:
     """[N, 384] instruction embeddings of the current episodes: the observation where the env has it, else zeros (how
     the PRM was trained on a single-task dataset outside the suite)."""
 
-    def __init__(self, env):
+    def __init__(self, env: Any):
         self.env = env
 
     def __call__(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         if EMBEDDING_KEY in obs:
             return obs[EMBEDDING_KEY].float()
         first = obs[next(iter(obs))]
-        return torch.zeros(len(first), 384, device=first.device)
+        return torch.zeros(len(first), EMBEDDING_DIM, device=first.device)
 
 
-def prm_features(path: str, env, device: torch.device | str):
+def prm_features(path: str, env: Any, device: torch.device | str) -> Any:
     """SRPO's per-frame features from a PRM's observation encoder: obs -> [N, embed_dim] (no gradients)."""
     model = load_prm(path, env, device)
     encoder = getattr(model, "encoder", None)
@@ -95,11 +119,15 @@ def _clone(obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 class PRMReward(ChunkDiscount):
-    def __init__(self, env, model, gamma: float, mode: str = "potential", scale: float = 1.0, end_on_done: bool = False):
+    """The env's reward plus ``scale`` x the progress term of ``mode`` (module docstring); with ``end_on_done`` an
+    episode ends where the model's done probability passes its threshold."""
+
+    def __init__(self, env: Any, model: Any, gamma: float, mode: str = "potential", scale: float = 1.0,
+                 end_on_done: bool = False):
         if mode not in PRM_MODES:
-            raise ValueError(f"reward.prm_mode={mode!r} is not one of {PRM_MODES}")
+            raise ValueError(f"reward.prm.mode={mode!r} is not one of {PRM_MODES}")
         if end_on_done and not hasattr(env, "_reset_ids"):
-            raise ValueError(f"reward.prm_done needs a native task (it resets single envs); {type(env).__name__} is not one")
+            raise ValueError(f"reward.prm.done needs a native task (it resets single envs); {type(env).__name__} is not one")
         self.env, self.model, self.gamma, self.mode, self.scale = env, model, float(gamma), mode, float(scale)
         self.end_on_done = end_on_done
         self.keys = tuple(model.obs_keys)
@@ -211,13 +239,14 @@ class PRMReward(ChunkDiscount):
         self.instruction_embedding = self.embed(self.env.observe())
 
 
-def _make_prm(gamma: float | None, config, argument: str):
-    def wrap(env):
+def _make_prm(gamma: float | None, settings: ProgressRewardConfig, argument: str) -> RewardFactory:
+    def wrap(env: Any) -> PRMReward:
         model = load_prm(argument, env, env.device)  # refuses a PRM of another observation space, before any step
-        return PRMReward(env, model, gamma if gamma is not None else 0.99, config.prm_mode, config.prm_scale,
-                         config.prm_done)
+        return PRMReward(env, model, gamma if gamma is not None else 0.99, settings.mode, settings.scale, settings.done)
 
     return wrap
 
 
-register_reward("prm", _make_prm, takes_config=True)
+register_reward(RewardSpec(
+    "prm", "a process reward model's progress (a run of rlrobot train --algo prm or --algo sarm; RUN,RUN,... an "
+    "ensemble)", _make_prm, ProgressRewardConfig, "prm", argument="PATH"))

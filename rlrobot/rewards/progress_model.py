@@ -1,39 +1,47 @@
-"""Process reward models (issue 20): ``(obs_before, obs_after, instruction) -> (progress delta in [-1, 1], done prob)``.
+"""Process reward models: ``(obs_before, obs_after, instruction) -> (progress delta in [-1, 1], done prob)``.
 
-``ProgressRewardModel`` is the protocol the RL side (the ``prm:PATH`` reward wrapper, ``deploy --reward``) calls;
-``VLACProgressModel`` is the learned implementation trained by ``rlrobot train --algo prm`` (``rlrobot.algorithms.prm``):
+``ProgressRewardModel`` is the protocol the RL side (the ``prm:PATH`` reward, ``deploy --reward``) calls;
+``VLACProgressModel`` is the learned implementation trained by ``rlrobot train --algo prm``
+(``rlrobot.algorithms.progress_model``):
 
-- a VLAC-style pair model: encoders of the two observations (state MLP on normalised state; a small conv net per
-  camera, trained here) and of the instruction's cached sentence embedding (all-MiniLM-L6-v2, 384-d), FiLM-fused,
-  give the signed progress delta ``tanh(.)``. Its meaning is VLAC's *relative* progress: from a frame of progress
-  V_b to one of progress V_a, delta = (V_a - V_b) / (1 - V_b) (clipped to [-1, 1]), so the value update
-  ``V_{i+1} = V_i + (1 - V_i) * delta`` (``value_update``) rebuilds an episode's progress curve from its pairs.
-  ``progress_head="value"`` computes that delta from one per-frame score instead, so pairs compose exactly;
-- a VLA-RL-style completion model (``rlrobot.rewards.completion.CompletionModel``): "is the task done?" on
-  ``obs_after`` and the instruction, its probability the PRM's ``done``.
+- a VLAC-style pair model: encoders of the two observations (``observation_encoder.py``: state MLP on normalised
+  state; a small conv net per camera, trained here) and of the instruction's cached sentence embedding
+  (all-MiniLM-L6-v2, 384-d), FiLM-fused, give the signed progress delta ``tanh(.)``. Its meaning is VLAC's *relative*
+  progress: from a frame of progress V_b to one of progress V_a, delta = (V_a - V_b) / (1 - V_b) (clipped to
+  [-1, 1]), so the value update ``V_{i+1} = V_i + (1 - V_i) * delta`` (``rlrobot.data.progress_labels.value_update``)
+  rebuilds an episode's progress curve from its pairs. ``progress_head="value"`` computes that delta from one
+  per-frame score instead, so pairs compose exactly;
+- a VLA-RL-style completion model (``completion.py``): "is the task done?" on ``obs_after`` and the instruction, its
+  probability the PRM's ``done``.
 
 Everything is batched on the model's device; ``progress`` runs under ``torch.no_grad``. ``load_progress_model`` reads a
-checkpoint of ``rlrobot train --algo prm`` and refuses one trained on another observation space (one-line
-ValueError naming the key).
+checkpoint of ``rlrobot train --algo prm`` (or ``--algo sarm``, LeRobot's SARM behind the same protocol) and refuses
+one trained on another observation space (one-line ValueError naming the key).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+import sys
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
 
-from rlrobot.domains import Domain, PositiveInt, UnitInterval
+from rlrobot.checkpoints import load_checkpoint
+from rlrobot.domains import Domain, NonNegativeInt, PositiveInt, UnitInterval
+from rlrobot.envs.language import EMBEDDING_DIM, TOKENS_KEY
+from rlrobot.policies.flow import FlowPolicyConfig
+from rlrobot.rewards.completion import CompletionModel
+from rlrobot.rewards.observation_encoder import ObservationEncoder, check_observation_space, mlp
+from rlrobot.rewards.sarm import ADAPTER_FILE, load_sarm, sarm_from_checkpoint
 from rlrobot.sections import Section
 
 PROGRESS_HEADS = ("pair", "value")
-EMBEDDING_KEY = "instruction_embedding"
-EMBEDDING_DIM = 384
-TOKENS_KEY = "instruction_tokens"
+TOKENS_EMBEDDING = "encoder.parts.instruction_tokens.embed.weight"
+"""the token embedding's weight in a checkpoint: its rows are the vocabulary size the model was built with"""
 
 
 @runtime_checkable
@@ -50,18 +58,6 @@ class ProgressRewardModel(Protocol):
                  ) -> tuple[Tensor, Tensor]:
         """([B] progress delta in [-1, 1], [B] done probability of obs_after), no gradients."""
         ...
-
-
-def value_update(value: Tensor, delta: Tensor) -> Tensor:
-    """VLAC's value update V_{i+1} = V_i + (1 - V_i) * delta, clipped to [0, 1] (values are progress fractions)."""
-    return (value + (1.0 - value) * delta).clamp(0.0, 1.0)
-
-
-def relative_delta(p_before: Tensor, p_after: Tensor, floor: float = 0.05) -> Tensor:
-    """The delta label of a pair of frames with progress p_before -> p_after: the one the value update turns back into
-    p_after, (p_after - p_before) / (1 - p_before), the denominator floored (a frame at progress 1), clipped to
-    [-1, 1]."""
-    return ((p_after - p_before) / (1.0 - p_before).clamp_min(floor)).clamp(-1.0, 1.0)
 
 
 # ---------------------------------------------------------------------------------------------- networks
@@ -106,6 +102,9 @@ class PRMNetConfig(Section):
     """(state_entities) entities each observation picks (long-horizon names four: two cubes, a container, a zone)"""
     entity_dim: PositiveInt = 64
     """(state_entities) width of an entity token"""
+    instruction_vocab: NonNegativeInt = 0
+    """(instruction_tokens in obs_keys) size of the vocabulary the token ids index; 0 = the task's (the range of its
+    instruction_tokens observation, read when the run builds the model)"""
 
     def validate(self, run=None) -> None:
         if not self.obs_keys:
@@ -129,8 +128,8 @@ class PRMNetConfig(Section):
             raise ValueError("prm_net.state_entities needs prm_net.entity_names (the PRM's entities are picked by the "
                              "instruction's words; the suite: SO101Suite.entity_name_tokens)")
         if self.state_entities:
-            try:
-                self.entity_config().validate()
+            try:  # with the vocabulary still the task's (0), the entity names' ids are checked once it is known
+                self.entity_config(self.instruction_vocab or sys.maxsize).validate()
             except ValueError as e:
                 raise ValueError(str(e).replace("flow.", "prm_net.")) from None
         for name in ("state_hidden", "head_hidden", "conv_channels"):
@@ -141,86 +140,23 @@ class PRMNetConfig(Section):
         if not 0.0 < self.done_threshold < 1.0:
             raise ValueError(f"prm_net.done_threshold must be in (0, 1), got {self.done_threshold}")
 
-    def entity_config(self):
-        """The flow policy's config of the same entity-attention encoder (``rlrobot.policies.flow.EntityAttention``)."""
-        from rlrobot.policies.flow import FlowPolicyConfig
-        from rlrobot.tasks.so101_suite import VOCABULARY
+    def for_observation_space(self, space: Any) -> PRMNetConfig:
+        """This network for a task's observation space (a gymnasium Dict space): a PRM that reads token ids and names
+        no vocabulary size takes the task's, the range of its instruction_tokens observation."""
+        if TOKENS_KEY not in self.obs_keys or self.instruction_vocab:
+            return self
+        net = replace(self, instruction_vocab=int(space[TOKENS_KEY].high.max()) + 1)
+        net.validate()
+        return net
 
+    def entity_config(self, vocab: int = 0) -> FlowPolicyConfig:
+        """The flow policy's config of the same entity-attention encoder (``rlrobot.policies.flow.EntityAttention``),
+        over a vocabulary of ``vocab`` words (default: ``instruction_vocab``)."""
         keys = ("state", TOKENS_KEY) if self.entity_names else ("state",)
         return FlowPolicyConfig(obs_keys=keys, state_entities=self.state_entities, entity_names=self.entity_names,
                                 entity_anchor=self.entity_anchor, entity_queries=self.entity_queries,
                                 entity_dim=self.entity_dim, state_hidden=self.state_hidden, activation="silu",
-                                instruction_vocab=len(VOCABULARY))
-
-
-def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for h in hidden:
-        layers += [nn.Linear(in_dim, h), nn.LayerNorm(h), nn.SiLU()]
-        in_dim = h
-    layers.append(nn.Linear(in_dim, out_dim))
-    return nn.Sequential(*layers)
-
-
-class ObservationEncoder(nn.Module):
-    """state (normalised with the training data's mean / std, kept in buffers; an MLP, or the flow policy's entity
-    attention with ``state_entities``), instruction token ids (the flow policy's ``TokenEncoder``: word order kept,
-    which a sentence embedding hardly keeps) and images -> [B, embed_dim]."""
-
-    def __init__(self, obs_space: dict[str, list[int]], cfg: PRMNetConfig):
-        super().__init__()
-        self.keys = tuple(cfg.obs_keys)
-        self.parts = nn.ModuleDict()
-        self.entities = None
-        for key in self.keys:
-            shape = list(obs_space[key])
-            if key == "state":
-                self.register_buffer("state_mean", torch.zeros(shape[0]))
-                self.register_buffer("state_std", torch.ones(shape[0]))
-                if cfg.state_entities:
-                    from rlrobot.policies.flow import EntityAttention
-
-                    length = list(obs_space[TOKENS_KEY])[0] if TOKENS_KEY in obs_space else 0
-                    self.entities = EntityAttention(cfg.state_entities, shape[0], EMBEDDING_DIM, cfg.entity_config(),
-                                                    length)
-                    self.parts[key] = nn.Sequential(nn.SiLU(), nn.Linear(self.entities.out_dim, cfg.embed_dim))
-                else:
-                    self.parts[key] = mlp(shape[0], cfg.state_hidden, cfg.embed_dim)
-            elif key == TOKENS_KEY:
-                from rlrobot.policies.flow import TokenEncoder
-                from rlrobot.tasks.so101_suite import VOCABULARY
-
-                self.parts[key] = TokenEncoder(len(VOCABULARY), shape[0], cfg.embed_dim, "silu")
-            else:
-                c, h, w = shape
-                convs: list[nn.Module] = []
-                for out in cfg.conv_channels:
-                    convs += [nn.Conv2d(c, out, 3, stride=2, padding=1), nn.SiLU()]
-                    c, h, w = out, (h + 1) // 2, (w + 1) // 2
-                self.parts[key] = nn.Sequential(*convs, nn.Flatten(), nn.Linear(c * h * w, cfg.embed_dim))
-        self.out = nn.Sequential(nn.LayerNorm(cfg.embed_dim * len(self.keys)), nn.Linear(cfg.embed_dim * len(self.keys),
-                                                                                         cfg.embed_dim))
-
-    def fit_state_stats(self, states: Tensor) -> None:
-        if "state" in self.keys:
-            self.state_mean.copy_(states.float().mean(0))
-            self.state_std.copy_(states.float().std(0).clamp_min(1e-2))  # parked objects never move: std 0
-
-    def forward(self, obs: dict[str, Tensor]) -> Tensor:
-        parts = []
-        for key in self.keys:
-            x = obs[key]
-            if key == "state" and self.entities is not None:
-                tokens = obs.get(TOKENS_KEY)
-                features = self.entities((x.float() - self.state_mean) / self.state_std, None, x.float(), tokens)
-                parts.append(self.parts[key](features))
-            elif key == "state":
-                parts.append(self.parts[key]((x.float() - self.state_mean) / self.state_std))
-            elif key == TOKENS_KEY:
-                parts.append(self.parts[key](x))
-            else:
-                parts.append(self.parts[key](x.float() / 255.0 - 0.5))
-        return self.out(torch.cat(parts, -1))
+                                instruction_vocab=vocab or self.instruction_vocab)
 
 
 class VLACProgressModel(nn.Module):
@@ -228,11 +164,12 @@ class VLACProgressModel(nn.Module):
 
     def __init__(self, obs_space: dict[str, list[int]], cfg: PRMNetConfig):
         super().__init__()
-        from rlrobot.rewards.completion import CompletionModel
-
         missing = [k for k in cfg.obs_keys if k not in obs_space]
         if missing:
             raise ValueError(f"prm_net.obs_keys: {missing[0]!r} is not an observation of the task; it has {sorted(obs_space)}")
+        if TOKENS_KEY in cfg.obs_keys and cfg.instruction_vocab < 2:
+            raise ValueError(f"prm_net.instruction_vocab={cfg.instruction_vocab}: a PRM that reads {TOKENS_KEY!r} is built "
+                             "with the task's vocabulary size (its instruction_tokens observation's range)")
         self.cfg = replace(cfg)  # a copy: calibrating the done threshold must not change the run's config
         self.obs_keys = tuple(cfg.obs_keys)
         self.observation_space = {k: list(obs_space[k]) for k in self.obs_keys}
@@ -306,56 +243,11 @@ class VLACProgressModel(nn.Module):
         return self.progress(obs_before, obs_after, instruction_embedding)
 
 
-@torch.no_grad()
-def progress_curve(model: ProgressRewardModel, obs: dict[str, Tensor], instruction_embedding: Tensor, stride: int = 5,
-                   curve: str = "causal") -> tuple[Tensor, Tensor, Tensor]:
-    """One episode's progress curve by the value update over pairs (t - stride, t), V_0 = 0 (the chain of pair ends
-    k = 0, stride, 2 stride, ..., last frame). A frame t between two pair ends: ``curve="causal"`` takes the update
-    from the last end k before it, ``value_update(V_k, delta(s_k, s_t))`` (the next end's value is that same update,
-    so the chain is unchanged and the in-between frames follow the episode); ``"hold"`` keeps V_k (the curve of
-    rlrobot before 2026-12-06: it lags by up to a stride; with a perfect pair model it scores 0.858 instead of 1.0
-    Spearman on the held-out suite failures whose progress moves, stride 5). ``obs``: [T, ...] per key,
-    ``instruction_embedding`` [384] or [T, 384]. Returns ([T] values, [T] done probabilities, [P] the chain's deltas)."""
-    if curve not in ("causal", "hold"):
-        raise ValueError(f"curve must be one of ('causal', 'hold'), got {curve!r}")
-    length = len(next(iter(obs.values())))
-    emb = instruction_embedding if instruction_embedding.dim() == 2 else instruction_embedding.expand(length, -1)
-    frames = torch.arange(length, device=emb.device)
-    anchor = (frames - 1).clamp_min(0) // stride * stride  # the last chain end strictly before each frame (frame 0: 0)
-    delta_from_anchor, done = model.progress({k: v[anchor] for k, v in obs.items()}, obs, emb)
-    ends = torch.cat([torch.arange(stride, length, stride, device=emb.device),
-                      torch.tensor([length - 1], device=emb.device)]).unique() if length > 1 else frames[:0]
-    chain = delta_from_anchor[ends]  # the pairs (previous end, end)
-    anchor_value = torch.zeros(length, device=emb.device)
-    v = torch.zeros((), device=emb.device)
-    for end, d in zip(ends.tolist(), chain, strict=True):  # sequential by definition (T / stride steps, evaluation only)
-        v = value_update(v, d)
-        anchor_value[end + 1:] = v  # frames whose last end is `end` start from its value
-    values = value_update(anchor_value, delta_from_anchor) if curve == "causal" else anchor_value.clone()
-    if curve == "hold":
-        values[ends] = value_update(anchor_value[ends], chain)  # a pair end holds its own value
-    values[0] = 0.0
-    return values, done, chain
-
-
 # ---------------------------------------------------------------------------------------------- loading
 def prm_metadata(model: VLACProgressModel) -> dict[str, Any]:
     """What a PRM checkpoint records to rebuild and check the model (``config.json["prm"]``)."""
-    from dataclasses import asdict
-
     return {"kind": "vlac", "obs_keys": list(model.obs_keys), "observation_space": model.observation_space,
             "net": asdict(model.cfg)}
-
-
-def check_observation_space(saved: dict[str, list[int]], current: dict[str, Any], what: str = "the env") -> None:
-    """Refuse a PRM trained on another observation space: one line naming the key."""
-    for key, shape in saved.items():
-        if key not in current:
-            raise ValueError(f"PRM observation {key!r} (shape {list(shape)}) is not an observation of {what}; it has "
-                             f"{sorted(current)}")
-        have = list(getattr(current[key], "shape", current[key]))
-        if have != list(shape):
-            raise ValueError(f"PRM observation {key!r} has shape {list(shape)} in the checkpoint; {what} has {have}")
 
 
 class PRMEnsemble(nn.Module):
@@ -396,16 +288,13 @@ def split_prm_paths(path: str | Path) -> list[str]:
 
 def load_progress_model(path: str | Path, device: str | torch.device = "cpu",
                         observation_space: dict[str, Any] | None = None) -> nn.Module:
-    """A trained PRM from a run directory / checkpoint (``rlrobot train --algo prm``), in eval mode on ``device``;
-    ``A,B,C`` (comma-separated runs, e.g. seeds of one preset) loads their ``PRMEnsemble``.
+    """A trained PRM from a run directory / checkpoint (``rlrobot train --algo prm`` or ``--algo sarm``), in eval mode
+    on ``device``; ``A,B,C`` (comma-separated runs, e.g. seeds of one preset) loads their ``PRMEnsemble``.
 
     ``observation_space``: the env's (a gymnasium Dict space's ``.spaces``, or key -> shape); a PRM that reads a key
     the env lacks, or with another shape, is refused (ValueError naming the key). Only the checkpoint's
-    ``obs_keys`` and ``instruction_embedding`` are read from observations. A directory of the SARM adapter
-    (``python -m rlrobot.rewards.sarm``, the ``vla`` extra) loads as that model, behind the same protocol."""
-    from rlrobot.checkpoints import load_checkpoint
-    from rlrobot.rewards.sarm import ADAPTER_FILE, load_sarm
-
+    ``obs_keys`` and ``instruction_embedding`` are read from observations. A SARM adapter directory (``save_sarm``)
+    loads as that model, behind the same protocol."""
     paths = split_prm_paths(path)
     if len(paths) > 1:
         members = [load_progress_model(p, device, observation_space) for p in paths]
@@ -421,7 +310,17 @@ def load_progress_model(path: str | Path, device: str | torch.device = "cpu",
     if observation_space is not None:
         space = getattr(observation_space, "spaces", observation_space)
         check_observation_space(meta["observation_space"], space)
-    net = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["net"].items()}
-    model = VLACProgressModel(meta["observation_space"], PRMNetConfig(**net))
+    if meta.get("kind") == "sarm":
+        return sarm_from_checkpoint(meta, weights).to(device).eval()
+    model = VLACProgressModel(meta["observation_space"], saved_net_config(meta["net"], weights))
     model.load_state_dict(weights)
     return model.to(device).eval()
+
+
+def saved_net_config(net: dict[str, Any], weights: dict[str, Tensor]) -> PRMNetConfig:
+    """The network config a checkpoint records (``config.json["prm"]["net"]``). One that records no
+    ``instruction_vocab`` takes it from its token embedding's rows: the vocabulary the model was built with."""
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in net.items()}
+    if "instruction_vocab" not in fields and TOKENS_EMBEDDING in weights:
+        fields["instruction_vocab"] = int(weights[TOKENS_EMBEDDING].shape[0])
+    return PRMNetConfig(**fields)

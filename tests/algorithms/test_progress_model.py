@@ -1,6 +1,6 @@
-"""PRM training options for the held-out targets (issue 20): hard (same-family) mismatched instructions, the match
-gate that drives a mismatched instruction's delta to 0, done-positive sampling, failures kept out of the time filter,
-and the done threshold chosen on calibration episodes kept out of training."""
+"""Training the progress model (``--algo prm``, rlrobot.algorithms.progress_model): the options for the held-out
+targets (the match gate that drives a mismatched instruction's delta to 0, the done threshold chosen on calibration
+episodes kept out of training, the ranking loss) and every option's validation naming the field."""
 
 from __future__ import annotations
 
@@ -10,75 +10,14 @@ import os
 import numpy as np
 import pytest
 import torch
+from progress_data import TINY, four_instruction_data, suite_entity_net
 
-from rlrobot.algorithms.prm import PRMConfig, PRMLearner, split_holdout
-from rlrobot.data.progress_labels import MISMATCHED, ProgressData, other_instruction, sample_pairs
-from rlrobot.rewards.prm import PRMNetConfig, VLACProgressModel
+from rlrobot.algorithms.progress_model import PRMConfig, PRMLearner
+from rlrobot.config import train_config
+from rlrobot.data.progress_labels import FORWARD, MISMATCHED, REVERSED, other_instruction, sample_pairs, split_holdout
+from rlrobot.rewards.progress_model import PRMNetConfig, VLACProgressModel
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-TINY = PRMNetConfig(state_hidden=(32,), embed_dim=16, text_dim=8, head_hidden=(32, 32))
-
-
-def four_instruction_data(episodes: int = 16, length: int = 30, seed: int = 0) -> ProgressData:
-    """Instruction k moves state coordinate k from 0 to 1 (progress = time; done over the last fifth); instructions
-    0, 1 are family 0 and 2, 3 family 1; the other coordinates jitter."""
-    rng = np.random.default_rng(seed)
-    states, prog, ins, ep, start = [], [], [], [], []
-    for e in range(episodes):
-        k = e % 4
-        t = np.arange(length) / (length - 1)
-        s = rng.normal(0, 0.05, (length, 4)).astype(np.float32)
-        s[:, k] = t
-        states.append(s)
-        prog.append(t)
-        ins += [k] * length
-        ep += [e] * length
-        start += [e * length] * length
-    emb = torch.nn.functional.normalize(torch.randn(4, 384, generator=torch.Generator().manual_seed(seed)), dim=1)
-    n = episodes * length
-    progress = torch.as_tensor(np.concatenate(prog), dtype=torch.float32)
-    return ProgressData(obs={"state": torch.as_tensor(np.concatenate(states))}, instruction_id=torch.tensor(ins),
-                        instruction_embeddings=emb, instructions=["x", "y", "z", "w"], progress=progress,
-                        done=progress >= 0.8, episode_index=torch.tensor(ep), episode_start=torch.tensor(start),
-                        trains_progress=torch.ones(n, dtype=torch.bool),
-                        episode_info=[{"success": True, "family": f"f{e % 4 // 2}", "trains_progress": True,
-                                       "dataset": f"d{e % 2}"} for e in range(episodes)],
-                        instruction_family=torch.tensor([0, 0, 1, 1]))
-
-
-def test_hard_mismatches_come_from_the_same_family_and_never_the_own_instruction():
-    data = four_instruction_data()
-    ids = torch.tensor([0, 1, 2, 3] * 500)
-    g = torch.Generator().manual_seed(0)
-    hard = other_instruction(data, ids, g, same_family_share=1.0)
-    assert (hard != ids).all() and torch.equal(hard, ids ^ 1)  # the family's other member
-    uniform = other_instruction(data, ids, g)
-    assert (uniform != ids).all()
-    same = float((data.instruction_family[uniform] == data.instruction_family[ids]).float().mean())
-    assert 0.25 < same < 0.42  # uniform over the 3 others: 1 of 3 in the same family
-    half = other_instruction(data, ids, g, same_family_share=0.5)
-    same = float((data.instruction_family[half] == data.instruction_family[ids]).float().mean())
-    assert 0.6 < same < 0.73  # 0.5 + 0.5 / 3
-    data.instruction_family = None  # data without families: uniform
-    assert (other_instruction(data, ids, g, same_family_share=1.0) != ids).all()
-
-
-def test_done_positive_share_draws_done_frames():
-    data = four_instruction_data()
-    g = torch.Generator().manual_seed(0)
-    base = sample_pairs(data, 4000, g, mismatched_share=0.0)
-    more = sample_pairs(data, 4000, g, mismatched_share=0.0, done_positive_share=0.5)
-    assert abs(float(base.done.mean()) - float(data.done.float().mean())) < 0.03
-    assert abs(float(more.done.mean()) - (0.5 + 0.5 * float(data.done.float().mean()))) < 0.03
-    # done frames get their own mismatched share (the pairs keep theirs); mismatched done frames are labelled 0
-    split = sample_pairs(data, 4000, g, mismatched_share=0.4, done_mismatched_share=0.0)
-    assert abs(float((split.kind == MISMATCHED).float().mean()) - 0.4) < 0.03
-    shown = (split.done_embedding @ data.instruction_embeddings.T).argmax(1)
-    state = split.done_obs["state"]
-    far = state.max(1).values > 0.5  # the moving coordinate names the frame's own instruction
-    assert int(far.sum()) > 1000 and torch.equal(shown[far], state[far].argmax(1))
-    all_wrong = sample_pairs(data, 1000, g, mismatched_share=0.0, done_mismatched_share=1.0)
-    assert float(all_wrong.done.sum()) == 0.0
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +90,6 @@ def test_done_threshold_is_calibrated_on_the_calibration_episodes():
 
 
 def test_new_options_are_validated():
-    from rlrobot.config import train_config
-
     for field, value in (("hard_mismatch_share", 1.5), ("done_positive_share", -0.1), ("match_weight", -1.0),
                          ("calibration_episodes", -1), ("success_labels", "return"),
                          ("after_success", "keep")):
@@ -162,8 +99,6 @@ def test_new_options_are_validated():
 
 
 def test_rank_loss_is_ranknet_on_ordered_pairs_only_and_training_lowers_it():
-    from rlrobot.data.progress_labels import FORWARD, REVERSED
-
     torch.manual_seed(0)
     data = four_instruction_data()
     model = VLACProgressModel({"state": [4]}, dataclasses.replace(TINY, progress_head="value"))
@@ -195,9 +130,40 @@ def test_rank_loss_is_ranknet_on_ordered_pairs_only_and_training_lowers_it():
 
 
 def test_rank_options_are_validated():
-    from rlrobot.config import train_config
-
     for field, value in (("rank_weight", -0.5), ("rank_temperature", 0.0), ("rank_margin", -0.1)):
         cfg = train_config("prm", task="so101-suite", dataset="x", prm=PRMConfig(**{field: value}))
         with pytest.raises(ValueError, match=f"prm.{field}"):
+            cfg.validate()
+
+
+def test_config_validation_names_the_field():
+    cfg = train_config("prm", task="so101-suite", dataset="x")
+    cfg.prm = dataclasses.replace(cfg.prm, reversed_share=0.6, mismatched_share=0.5)
+    with pytest.raises(ValueError, match="prm.\\*_share"):
+        cfg.validate()
+    cfg = train_config("prm", task="so101-suite", dataset="x", prm=PRMConfig(exclude_families=("towers",)))
+    with pytest.raises(ValueError, match="prm.exclude_families: 'towers' is not one of"):
+        cfg.validate()
+    cfg = train_config("prm", task="so101-suite")
+    with pytest.raises(ValueError, match="dataset: algo='prm' trains from LeRobotDatasets"):
+        cfg.validate()
+    cfg = train_config("prm", task="so101-suite", dataset="x", prm_net=PRMNetConfig(obs_keys=("depth",)))
+    with pytest.raises(ValueError, match="prm_net.obs_keys: 'depth' is not 'state', 'instruction_tokens' or an image key"):
+        cfg.validate()
+    cfg = train_config("prm", task="so101-suite", dataset="x", prm_net=PRMNetConfig(progress_head="values"))
+    with pytest.raises(ValueError, match="prm_net.progress_head must be one of \\('pair', 'value'\\)"):
+        cfg.validate()
+    cfg = train_config("prm", task="so101-suite", dataset="x", prm_net=PRMNetConfig(progress_head="value", match_gate=True))
+    with pytest.raises(ValueError, match="prm_net.match_gate needs prm_net.progress_head 'pair'"):
+        cfg.validate()
+
+
+def test_entity_prm_config_names_the_missing_field():
+    net = suite_entity_net()
+    for bad, match in [(dict(obs_keys=("state",)), "entity_names needs 'instruction_tokens'"),
+                       (dict(entity_names=()), "state_entities needs prm_net.entity_names"),
+                       (dict(state_entities=(), entity_names=()), "entity_names / entity_anchor need"),
+                       (dict(entity_names=net.entity_names[:2]), "prm_net.entity_names has 2 names")]:
+        cfg = train_config("prm", task="so101-suite", dataset="x", prm_net=dataclasses.replace(net, **bad))
+        with pytest.raises(ValueError, match=match):
             cfg.validate()
