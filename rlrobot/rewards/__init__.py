@@ -9,7 +9,7 @@ in order; ``RewardConfig`` (``--reward.*``) builds them for a run.
 Adding a kind: a module here that registers its spec (with its settings section, if any) and its import below.
 """
 
-from rlrobot.rewards import dense_potential, progress_reward, srpo  # noqa: F401  (the built-in kinds)
+from rlrobot.rewards import dense_potential, disagreement, progress_reward, srpo  # noqa: F401  (the built-in kinds)
 from rlrobot.rewards.config import RewardConfig  # made from the kinds registered above
 from rlrobot.rewards.discount import ChunkDiscount, set_steps_per_discount
 from rlrobot.rewards.registry import RewardFactory, RewardSpec, register_reward, reward_names
