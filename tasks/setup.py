@@ -258,6 +258,7 @@ class Setup:
 
 def _check_camera(name: str, cam: CameraSetup) -> None:
     where = f"setup.cameras.{name}"
+    check_domains(cam, f"{where}.")
     if not name.isidentifier():
         raise ValueError(f"{where}: a camera name must be letters, digits and _ (it becomes the key image_{name} and the "
                          f"feature observation.images.{name})")
