@@ -67,6 +67,10 @@ class TrainConfig:
     instruction: str | None = None
     """language-suite tasks (so101-suite, so101-pick-place, ...): train and evaluate on this one instruction, e.g.
     "put the red cube in the bin" (`rlrobot list-tasks --instructions TASK` lists them); None: all of the task's"""
+    setup: str = ""
+    """SO-101 tasks: the station's setup file (cameras, table, spawn regions, randomisation; tasks/setup.py); '' = the
+    task as shipped (--obs-mode lerobot: the shipped default setup). The run keeps the setup itself: prepare() replaces
+    the path by the file's contents (JSON), so a checkpoint rebuilds its scene without the file"""
     reward: RewardConfig = field(default_factory=RewardConfig)
     """reward wrappers of the training env (--reward.shaping)"""
     num_threads: NonNegativeInt = 0
@@ -142,6 +146,8 @@ class TrainConfig:
             opts["instruction"] = self.instruction
         if self.servo_limits:  # only the SO-101 tasks take it (validate)
             opts["servo_limits"] = True
+        if self.setup:  # only the SO-101 tasks take it (validate)
+            opts["setup"] = self.setup
         return opts
 
     def sections(self) -> list[Section]:
@@ -168,7 +174,8 @@ class TrainConfig:
         if not is_adapter_task(self.task):
             validate_task_modes(self.task, obs_mode=self.obs_mode, reward_mode=self.reward_mode,
                                 control_mode=self.control_mode)
-        for name, value in (("servo_limits", self.servo_limits or None), ("instruction", self.instruction)):
+        for name, value in (("servo_limits", self.servo_limits or None), ("instruction", self.instruction),
+                            ("setup", self.setup or None)):
             if value is not None:  # task options: the task's spec says whether it takes them and what it accepts
                 check_task_option(self.task, name, value)
         for name in ("num_envs", "eval_episodes", "eval_envs", "torch_threads", "checkpoint_every"):
@@ -196,6 +203,11 @@ class TrainConfig:
         check_domains(self)  # bad numbers are refused before any I/O
         for section in self.sections():
             section.prepare(self)
+        if self.setup and not self.setup.lstrip().startswith("{"):  # the run keeps the setup, not a path to it
+            check_task_option(self.task, "setup", self.setup)
+            from rlrobot.tasks.setup import setup_text
+
+            self.setup = setup_text(self.setup)
         self.validate()
 
     def run_dir(self) -> str:

@@ -732,7 +732,13 @@ class SO101Lift(SO101Env):
         return self._move_command(goal, 0.8), roll, grip
 
 
+def check_option(task: str, name: str, value) -> None:
+    """What the SO-101 tasks accept as a run option's value (one-line errors): a readable, valid setup file."""
+    if name == "setup":
+        load_setup(value)
+
+
 TASKS: dict[str, type[SO101Env]] = {cls.task_name: cls for cls in (SO101Reach, SO101Push, SO101Lift)}
 for _cls in TASKS.values():
     register_task(TaskSpec(_cls.task_name, _cls, SO101_OBS_MODES, _cls.reward_modes, CONTROL_MODES,
-                           _cls.default_max_episode_steps, options=("servo_limits",)))
+                           _cls.default_max_episode_steps, options=("servo_limits", "setup"), check_option=check_option))

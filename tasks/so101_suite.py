@@ -44,6 +44,7 @@ from .so101 import (
     SO101_OBS_MODES,
     SO101Env,
     _wrap,
+    check_option,
     push_contact_pose,
 )
 
@@ -626,12 +627,19 @@ class SO101LongHorizon(SO101Suite):
     default_max_episode_steps = 150
 
 
+def _check_option(task: str, name: str, value: Any) -> None:
+    if name == "instruction":
+        check_task_instruction(task, value)
+    else:
+        check_option(task, name, value)
+
+
 SUITE_TASKS: dict[str, type[SO101Suite]] = {
     cls.task_name: cls for cls in (SO101Suite, SO101PickPlace, SO101PushTo, SO101Stack, SO101LongHorizon)}
 for _cls in SUITE_TASKS.values():
     register_task(TaskSpec(_cls.task_name, _cls, SO101_OBS_MODES, REWARD_MODES, CONTROL_MODES,
-                           _cls.default_max_episode_steps, options=("servo_limits", "instruction"),
-                           check_option=lambda task, name, value: check_task_instruction(task, value)))
+                           _cls.default_max_episode_steps, options=("servo_limits", "instruction", "setup"),
+                           check_option=_check_option))
 
 
 def write_embedding_table(path: Path = EMBEDDINGS_TABLE) -> None:
