@@ -189,11 +189,11 @@ def capture(args: CaptureArgs) -> dict[str, Any]:
         first = np.asarray(robot.observe()["qpos"], np.float64)
         for k, pose in enumerate(CALIBRATION_POSES[: args.poses]):
             target = np.where(allowed, pose, first)  # a joint the user did not allow is held where it was read
-            _move(executor, source, robot, target, settle, f"pose {k + 1}")
+            _move(executor, source, robot, target, allowed, settle, f"pose {k + 1}")
             reading = _photo_reading(robot)
             photos.append(Photo(np.asarray(reading["images"][args.camera], np.uint8), np.asarray(reading["qpos"])))
             console.print(f"pose {k + 1}/{args.poses}: photo {photos[-1].image.shape[1]}x{photos[-1].image.shape[0]}")
-        _move(executor, source, robot, first, settle, "back to the start")
+        _move(executor, source, robot, first, allowed, settle, "back to the start")
     finally:
         executor.close()
         robot.disconnect()
@@ -219,8 +219,10 @@ def _photo_reading(robot) -> dict[str, Any]:
         robot.frames = False
 
 
-def _move(executor, source: PoseSource, robot, target: np.ndarray, settle: int, what: str) -> None:
-    start = np.asarray(robot.observe()["qpos"], np.float64)
+def _move(executor, source: PoseSource, robot, target: np.ndarray, allowed: np.ndarray, settle: int, what: str) -> None:
+    """One move through the executor: the allowed joints ramp from where they are read to the target; the others are
+    commanded their first reading throughout (never a new position, not even the noise of a new reading)."""
+    start = np.where(allowed, np.asarray(robot.observe()["qpos"], np.float64), target)
     steps = source.plan(start, target, settle)
     result = executor.run_episode(steps)
     if result.aborted:
