@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+import rlrobot
+from rlrobot.checkpoints import load_checkpoint, load_section, saved_train
 from rlrobot.envs.registry import is_adapter_task
 
 if TYPE_CHECKING:
@@ -73,8 +75,6 @@ def policy_kind_of(meta: dict[str, Any]) -> str:
 
 def policy_metadata(run: TrainConfig, env) -> dict[str, Any]:
     """What a checkpoint records about its policy and the env it was trained on."""
-    import rlrobot
-
     space = env.single_observation_space
     return {
         "policy_kind": run.spec.policy_kind,
@@ -98,8 +98,6 @@ def build_policy(meta: dict[str, Any], run: TrainConfig) -> torch.nn.Module:
 def policy_from_checkpoint(path: str, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, dict[str, Any], Any]:
     """(the policy of a checkpoint or run directory, built from its own saved policy section, weights loaded; its
     config.json contents; the checkpoint directory)."""
-    from rlrobot.checkpoints import load_checkpoint, load_section, saved_train
-
     weights, saved, ckpt = load_checkpoint(path)
     spec = policy_spec(policy_kind_of(saved))
     section = load_section(saved, spec.config_field, spec.config) if spec.config_field in saved_train(saved) \

@@ -27,10 +27,12 @@ from torch import nn
 
 from rlrobot.algorithms.ppo import AdaptiveLR, clipped_value_loss, normalized_advantages, validate_ppo_common
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
+from rlrobot.checkpoints import load_config, load_section
 from rlrobot.curricula.jump_start import JSRLInput
 from rlrobot.data.rollout_storage import RolloutStorage, masked_mean
 from rlrobot.domains import NonNegative, NonNegativeInt, Positive, PositiveInt, UnitInterval
 from rlrobot.policies.flow import FlowPolicy, gaussian_log_prob
+from rlrobot.policies.registry import policy_kind_of
 
 FLOW_VARIANTS = ("noise", "sde")
 """how flow-policy PPO makes the denoising chain stochastic (an algorithm spec's ``flow_variant``)"""
@@ -135,16 +137,13 @@ def adopt_init_architecture(run) -> None:
     checkpoint of another policy kind is refused); ``RUN_FLOW_SETTINGS`` given on this run are kept."""
     if run.init in ("", "none") or run.resume:
         return
-    from rlrobot.checkpoints import load_config
-    from rlrobot.config import config_from_checkpoint
-    from rlrobot.policies.registry import policy_kind_of
 
     saved = load_config(run.init)
     kind = policy_kind_of(saved)
     if kind != "flow":
         raise ValueError(f"init={run.init!r} holds a {kind!r} policy; algo={run.algo!r} fine-tunes a 'flow' policy "
                          "(train one first with --algo sft)")
-    init_flow = config_from_checkpoint(saved).flow
+    init_flow = load_section(saved, "flow", type(run.flow))
     defaults = type(run.flow)()
     for name in RUN_FLOW_SETTINGS:
         if getattr(run.flow, name) != getattr(defaults, name):

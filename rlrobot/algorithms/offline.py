@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from rlrobot.algorithms.registry import ALGORITHMS, AlgorithmConfig, AlgorithmSpec
-from rlrobot.algorithms.sft import DatasetInput
+from rlrobot.algorithms.registry import ALGORITHMS, AlgorithmConfig, AlgorithmSpec, algorithm_spec
+from rlrobot.algorithms.sft import DatasetInput, adopt_scaled_budget
+from rlrobot.checkpoints import load_section, saved_train
 from rlrobot.domains import NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
 from rlrobot.envs.registry import is_adapter_task
 from rlrobot.policies.normalizer import RunningNormalizer
@@ -123,16 +124,6 @@ class OfflineConfig(AlgorithmConfig):
             raise FileNotFoundError(f"dataset={run.dataset!r} is not a LeRobotDataset (no meta/info.json)")
         if self.gradient_steps is None and run.dataset:
             self.gradient_steps = adopt_scaled_budget(run, self.batch_size)
-
-
-def adopt_scaled_budget(run, batch_size: int) -> int:
-    """The budget of a run whose task has no preset for its algorithm, scaled to its dataset, said in one line."""
-    from rlrobot.data.transitions import scaled_budget
-
-    steps, frames = scaled_budget(run.dataset, batch_size)
-    print(f"{run.algo}: no preset budget for task {run.task!r}: {steps:,} gradient steps, scaled to the dataset "
-          f"({frames:,} frames, batches of {batch_size}); {run.spec.budget_flag()} sets it", flush=True)
-    return steps
 
 
 # ---------------------------------------------------------------------- the spec of an offline algorithm
@@ -279,10 +270,9 @@ class OfflinePolicyConfig(Section):
 
 def _build_offline_policy(meta: dict[str, Any], cfg: OfflinePolicyConfig) -> OfflinePolicy:
     """An offline algorithm's policy from a checkpoint's config.json (``train`` names the algorithm and its section)."""
-    from rlrobot.config import config_from_dict
-
-    run = config_from_dict(meta["train"])
-    algo = run.spec.learner(run.algorithm, int(meta["obs_dim"]), int(meta["action_dim"]), None, "cpu", None)
+    spec = algorithm_spec(saved_train(meta)["algo"])
+    section = load_section(meta, spec.config_field, spec.config)
+    algo = spec.learner(section, int(meta["obs_dim"]), int(meta["action_dim"]), None, "cpu", None)
     if algo.chunk_size > 1:
         algo._policy = ChunkedOfflinePolicy(algo, cfg.execute_steps)
     return algo.policy

@@ -14,6 +14,7 @@ import torch
 
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.data.demonstrations import Demonstrations
+from rlrobot.data.transitions import scaled_budget
 from rlrobot.domains import NonNegative, NonNegativeInt, Positive, PositiveInt
 from rlrobot.policies.flow import FlowPolicy
 
@@ -24,6 +25,14 @@ TIME_SAMPLING = ("beta", "uniform")
 class DatasetInput:
     dataset: str = ""
     """LeRobotDataset directory (e.g. written by `rlrobot collect`, or any dataset with matching features)"""
+
+
+def adopt_scaled_budget(run, batch_size: int) -> int:
+    """The budget of a run whose task has no preset for its algorithm, scaled to its dataset, said in one line."""
+    steps, frames = scaled_budget(run.dataset, batch_size)
+    print(f"{run.algo}: no preset budget for task {run.task!r}: {steps:,} gradient steps, scaled to the dataset "
+          f"({frames:,} frames, batches of {batch_size}); {run.spec.budget_flag()} sets it", flush=True)
+    return steps
 
 
 @dataclass
@@ -71,8 +80,6 @@ class SFTConfig(AlgorithmConfig):
         if not (Path(run.dataset) / "meta" / "info.json").is_file():
             raise FileNotFoundError(f"dataset={run.dataset!r} is not a LeRobotDataset (no meta/info.json)")
         if self.num_updates is None:
-            from rlrobot.algorithms.offline import adopt_scaled_budget
-
             self.num_updates = adopt_scaled_budget(run, self.batch_size)
 
 

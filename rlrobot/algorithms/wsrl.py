@@ -29,6 +29,7 @@ from rlrobot.algorithms.registry import ALGORITHMS, AlgorithmSpec, algorithm_spe
 from rlrobot.algorithms.sac import SAC, SACConfig
 from rlrobot.algorithms.sft import DatasetInput
 from rlrobot.checkpoints import load_config, load_section, saved_train
+from rlrobot.data.transitions import action_feature, check_dataset, dataset_meta
 from rlrobot.domains import NonNegative, NonNegativeInt, OpenUnitInterval, Positive, PositiveInt
 from rlrobot.policies.registry import policy_kind_of
 from rlrobot.policies.sac_policy import SACPolicyConfig
@@ -199,15 +200,11 @@ def adopt_offline_init(run) -> None:
 
 def check_offline_dataset(run) -> None:
     """--dataset of another task or control mode refused from its metadata (shapes are checked when it is loaded)."""
-    from rlrobot.data.transitions import check_dataset
-
     check_dataset(run.dataset, obs_shapes={}, action_dim=_action_dim_of(run.dataset), task=run.task,
                   control_mode=run.control_mode)
 
 
 def _action_dim_of(dataset: str) -> int:
-    from rlrobot.data.transitions import action_feature, dataset_meta
-
     info, _ = dataset_meta(dataset)
     features = info.get("features", {})
     return int(features.get(action_feature(features), {}).get("shape", [0])[0])

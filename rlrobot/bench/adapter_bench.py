@@ -15,12 +15,11 @@ from rich.table import Table
 if TYPE_CHECKING:
     from rlrobot.commands.bench import BenchArgs
 
+import rlrobot
 from rlrobot.bench.common import console, ppo_bench_config, ppo_rate, rate
 
 
 def run_adapter_bench(args: BenchArgs) -> dict:
-    import rlrobot
-
     task = args.task if args.task.startswith("maniskill:") else "maniskill:PushCube-v1"
     torch.set_num_threads(args.torch_threads)
     rows = []

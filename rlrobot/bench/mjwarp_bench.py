@@ -20,12 +20,11 @@ from rich.table import Table
 if TYPE_CHECKING:
     from rlrobot.commands.bench import BenchArgs
 
+import rlrobot
 from rlrobot.bench.common import console, ppo_bench_config, ppo_rate, rate, vecenv_rate
 
 
 def run_mjwarp_bench(args: BenchArgs) -> dict:
-    import rlrobot
-
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_num_threads(args.torch_threads)
     rows = []

@@ -46,7 +46,16 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+import rlrobot
+from rlrobot.algorithms.ppo import PPOConfig
+from rlrobot.bench.common import console
+from rlrobot.config import train_config
+from rlrobot.configs import preset
 from rlrobot.envs.registry import is_adapter_task
+from rlrobot.policies.actor_critic import ActorCriticConfig
+from rlrobot.runners.off_policy import OffPolicyRunner
+from rlrobot.runners.on_policy import OnPolicyRunner
+from rlrobot.tasks.mujoco_vec_env import default_num_threads
 
 BENCH_EXTRA = "pip install 'rlrobot[bench]' (stable-baselines3, rsl-rl-lib, envpool)"
 
@@ -113,18 +122,11 @@ def missing_peers() -> list[str]:
 
 
 def _threads(s: PeerSettings) -> int:
-    from rlrobot.tasks.mujoco_vec_env import default_num_threads
-
     return s.num_threads or default_num_threads()
 
 
 # ---------------------------------------------------------------- PPO training
 def ppo_rlrobot(s: PeerSettings, task: str, fast: bool = False, compiled: bool = False) -> dict:
-    from rlrobot.algorithms.ppo import PPOConfig
-    from rlrobot.config import train_config
-    from rlrobot.policies.actor_critic import ActorCriticConfig
-    from rlrobot.runners.on_policy import OnPolicyRunner
-
     with tempfile.TemporaryDirectory(prefix="rlrobot-peers-") as out:
         cfg = train_config(
             "ppo", task=task, num_envs=s.num_envs, total_steps=s.iterations * s.num_envs * s.rollout_steps,
@@ -258,8 +260,6 @@ def _actions(n: int, dim: int, dtype=np.float32) -> list[np.ndarray]:
 
 
 def raw_rlrobot(s: PeerSettings, n: int, vecenv: bool) -> dict:
-    import rlrobot
-
     env = rlrobot.make(f"mujoco-{s.gym_id}", n, seed=0, num_threads=s.num_threads or None)
     env.reset(seed=0)
     acts = [torch.from_numpy(a) for a in _actions(n, env.action_dim)]
@@ -296,9 +296,6 @@ def raw_gymnasium(s: PeerSettings, n: int) -> dict:
 
 # ---------------------------------------------------------------- SAC updates
 def sac_rlrobot(s: PeerSettings) -> dict:
-    from rlrobot.configs import preset
-    from rlrobot.runners.off_policy import OffPolicyRunner
-
     with tempfile.TemporaryDirectory(prefix="rlrobot-peers-sac-") as out:
         cfg = preset(f"mujoco-{s.gym_id}", "sac")
         cfg.out, cfg.logger, cfg.torch_threads, cfg.update_threads = out, "none", s.update_threads, s.update_threads
@@ -374,8 +371,6 @@ def run_peers_bench(s: PeerSettings, only: tuple[str, ...] = (), progress_json: 
     after each round (a run cut short still leaves its figures)."""
     import json
 
-    from rlrobot.bench.common import console
-
     missing = missing_peers()
     if missing:
         raise ImportError(f"rlrobot bench --peers needs {', '.join(missing)}: {BENCH_EXTRA}")
@@ -407,8 +402,6 @@ def run_peers_bench(s: PeerSettings, only: tuple[str, ...] = (), progress_json: 
 
 def _print(result: dict) -> None:
     from rich.table import Table
-
-    from rlrobot.bench.common import console
 
     s = result["settings"]
     table = Table(title=f"peers on {s['gym_id']}: median of {s['rounds']} interleaved rounds (env steps/s; SAC: updates/s)")

@@ -13,13 +13,13 @@ import time
 import torch
 from rich.table import Table
 
+import rlrobot
+from rlrobot.configs import preset
+from rlrobot.rewards.progress_model import VLACProgressModel, load_progress_model
+
 
 def prm_bench(num_envs: int = 256, seconds: float = 3.0, checkpoint: str = "", num_threads: int = 0,
               console=None) -> dict:
-    import rlrobot
-    from rlrobot.configs import preset
-    from rlrobot.rewards.progress_model import VLACProgressModel, load_progress_model
-
     env = rlrobot.make("so101-suite", num_envs, seed=0, num_threads=num_threads or None)
     obs, _ = env.reset(seed=0)
     if checkpoint:

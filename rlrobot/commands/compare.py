@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from rlrobot.logging.compare import comparison_table, parse_mark, run_curve, write_comparison
+
 
 @dataclass
 class CompareArgs:
@@ -36,8 +38,6 @@ class CompareArgs:
 
 def run_compare(args: CompareArgs) -> list[dict[str, Any]]:
     import json
-
-    from rlrobot.logging.compare import comparison_table, parse_mark, run_curve, write_comparison
 
     if not args.runs:
         raise ValueError("runs: give at least one run directory")

@@ -46,7 +46,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import numpy as np
 import torch
 
+from rlrobot.checkpoints import resolve_checkpoint
 from rlrobot.domains import Domain, PositiveInt
+from rlrobot.envs.registry import native_task_ids, task_spec
 from rlrobot.envs.vec_env import CURRICULUM, POLICY_ACTED
 from rlrobot.policies.chunking import ChunkedActor
 from rlrobot.policies.registry import check_compatible, policy_from_checkpoint, policy_metadata
@@ -100,8 +102,6 @@ class JSRLConfig(Section):
         elif episode is None:
             raise ValueError(f"jsrl.horizon: task {run.task!r} has no fixed episode length; give --jsrl.horizon")
         if self.guide == GUIDE_EXPERT:
-            from rlrobot.envs.registry import native_task_ids, task_spec
-
             experts = [t for t in native_task_ids() if task_spec(t).has_expert]
             if run.task not in experts:
                 raise ValueError(f"jsrl.guide=expert: task {run.task!r} has no scripted expert (tasks with one: "
@@ -111,7 +111,6 @@ class JSRLConfig(Section):
         """A guide checkpoint must exist (its spaces are checked against the env when the guided env is built)."""
         if not self.enabled or self.guide == GUIDE_EXPERT:
             return
-        from rlrobot.checkpoints import resolve_checkpoint
 
         if not Path(self.guide).exists():
             raise ValueError(f"jsrl.guide={self.guide!r} is neither 'expert' nor an existing run / checkpoint directory")

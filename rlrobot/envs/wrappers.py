@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlrobot.logging.video import write_video
+
 
 class VideoRecorder:
     """Records frames of one env (env 0 by default) for its first ``max_episodes`` episodes; ``save`` writes them.
@@ -41,7 +43,5 @@ class VideoRecorder:
         return obs, reward, terminated, truncated, info
 
     def save(self, path: Path) -> Path:
-        from rlrobot.logging.video import write_video
-
         fps = int(round(1.0 / getattr(self.env, "control_dt", 0.04)))
         return write_video(self.frames, path, fps=fps)

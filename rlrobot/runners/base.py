@@ -30,7 +30,9 @@ from rlrobot.envs.vec_env import CURRICULUM
 from rlrobot.logging.loggers import Logger
 from rlrobot.logging.plots import plot_learning_curve
 from rlrobot.policies.registry import build_policy, check_compatible, policy_kind_of, policy_metadata
+from rlrobot.runners.distributed import NoSync, broadcast_module, init_distributed, parameters_identical, shutdown
 from rlrobot.runners.evaluation import evaluate
+from rlrobot.tasks.mujoco_vec_env import default_num_threads
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
 
@@ -46,12 +48,8 @@ class Runner(abc.ABC):
         self.ckpt_dir = self.out / "checkpoints"
         torch.set_num_threads(cfg.torch_threads)
         if cfg.distributed:
-            from rlrobot.runners.distributed import init_distributed
-
             self.sync, self.device = init_distributed(cfg.device)
         else:
-            from rlrobot.runners.distributed import NoSync
-
             self.sync, self.device = NoSync(), torch.device(cfg.device)
         self.is_main = self.sync.rank == 0
         # each rank its own env batch, seed and exploration noise; parameters are broadcast from rank 0 at start
@@ -109,8 +107,6 @@ class Runner(abc.ABC):
     @contextlib.contextmanager
     def all_cores(self) -> Iterator[None]:
         """torch on every core while the simulator is idle (updates), then back to the rollout thread count."""
-        from rlrobot.tasks.mujoco_vec_env import default_num_threads
-
         torch.set_num_threads(self.cfg.update_threads or default_num_threads())
         try:
             yield
@@ -199,8 +195,6 @@ class Runner(abc.ABC):
             return self._learn()
         finally:
             if self.cfg.distributed:
-                from rlrobot.runners.distributed import shutdown
-
                 shutdown()
 
     @property
@@ -229,8 +223,6 @@ class Runner(abc.ABC):
                 self.out.mkdir(parents=True, exist_ok=True)
                 (self.out / "metrics.jsonl").unlink(missing_ok=True)
         if self.sync.world_size > 1:
-            from rlrobot.runners.distributed import broadcast_module
-
             broadcast_module(self.policy)
         if self.is_main:
             (self.out / "config.json").write_text(json.dumps(self.config_dict(), indent=2))
@@ -345,7 +337,6 @@ class Runner(abc.ABC):
     def _distributed_check(self) -> dict[str, Any]:
         if self.sync.world_size == 1:
             return {}
-        from rlrobot.runners.distributed import parameters_identical
 
         return {"world_size": self.sync.world_size, "parameters_identical": parameters_identical(self.policy, self.sync)}
 

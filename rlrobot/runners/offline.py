@@ -15,6 +15,7 @@ from typing import Any
 
 from rlrobot.algorithms.registry import ALGORITHMS
 from rlrobot.config import TrainConfig
+from rlrobot.data.inverse_dynamics import label_with_inverse_dynamics
 from rlrobot.data.transitions import Transitions, load_transitions
 from rlrobot.envs.registry import is_adapter_task
 from rlrobot.runners.base import Runner, console
@@ -33,8 +34,6 @@ def load_offline_data(cfg: TrainConfig, obs_shapes: dict[str, tuple], action_dim
                          f"needs rewards; behaviour cloning ({', '.join(cloning)}) trains without them")
     fraction = getattr(cfg, "labelled_fraction", 1.0)
     if fraction < 1.0:
-        from rlrobot.data.inverse_dynamics import label_with_inverse_dynamics
-
         data = label_with_inverse_dynamics(data, fraction, steps=cfg.inverse_dynamics_steps, seed=cfg.seed)
     return data
 

@@ -16,8 +16,12 @@ from typing import Any
 
 import torch
 
+from rlrobot.algorithms.cal_ql import success_rewards
 from rlrobot.algorithms.wsrl import WarmStartSAC, init_source, sac_weights_from_offline
+from rlrobot.checkpoints import load_checkpoint, load_trainer_state
 from rlrobot.config import TrainConfig
+from rlrobot.data.transitions import load_transitions
+from rlrobot.policies.registry import check_compatible
 from rlrobot.runners.base import console
 from rlrobot.runners.off_policy import OffPolicyRunner
 
@@ -50,9 +54,6 @@ class WarmStartRunner(OffPolicyRunner):
 
     # ------------------------------------------------------------------ inputs
     def _load_offline(self, cfg: TrainConfig):
-        from rlrobot.algorithms.cal_ql import success_rewards
-        from rlrobot.data.transitions import load_transitions
-
         space = self.env.single_observation_space
         data = load_transitions(cfg.dataset, obs_keys=("state",), obs_shapes={"state": tuple(space["state"].shape)},
                                 action_dim=int(self.meta["action_dim"]), task=cfg.task, control_mode=cfg.control_mode,
@@ -69,9 +70,6 @@ class WarmStartRunner(OffPolicyRunner):
         return data
 
     def _load_init(self, path: str) -> None:
-        from rlrobot.checkpoints import load_checkpoint, load_trainer_state
-        from rlrobot.policies.registry import check_compatible
-
         weights, saved, ckpt = load_checkpoint(path)
         check_compatible(saved, self.meta)
         source = init_source(saved)
