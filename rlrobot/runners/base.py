@@ -34,6 +34,9 @@ from rlrobot.runners.distributed import NoSync, broadcast_module, init_distribut
 from rlrobot.runners.evaluation import evaluate
 from rlrobot.tasks.mujoco_vec_env import default_num_threads
 
+SMALL_NETWORK_PARAMETERS = 1_000_000
+"""below this many policy parameters ``--update-threads 0`` updates on one thread"""
+
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
 
 
@@ -104,10 +107,20 @@ class Runner(abc.ABC):
         return {k: (tuple(space[k].shape), torch.uint8 if np.dtype(space[k].dtype) == np.uint8 else torch.float32)
                 for k in keys}
 
+    @property
+    def update_thread_count(self) -> int:
+        """``--update-threads``, or for 0: one thread for a policy under SMALL_NETWORK_PARAMETERS (a second thread
+        gains little there and costs several times over on a busy machine), every core for a larger one."""
+        if self.cfg.update_threads:
+            return self.cfg.update_threads
+        if sum(p.numel() for p in self.policy.parameters()) < SMALL_NETWORK_PARAMETERS:
+            return 1
+        return default_num_threads()
+
     @contextlib.contextmanager
     def all_cores(self) -> Iterator[None]:
-        """torch on every core while the simulator is idle (updates), then back to the rollout thread count."""
-        torch.set_num_threads(self.cfg.update_threads or default_num_threads())
+        """torch on the update's threads while the simulator is idle (updates), then back to the rollout thread count."""
+        torch.set_num_threads(self.update_thread_count)
         try:
             yield
         finally:
