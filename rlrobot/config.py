@@ -78,7 +78,7 @@ class TrainConfig:
     torch_threads: PositiveInt = 1
     """torch intra-op threads during rollouts; 1 avoids contention with the simulator threads on small machines"""
     update_threads: NonNegativeInt = 0
-    """torch intra-op threads during updates, when the simulator is idle (0 = one for a policy under 1M parameters,
+    """torch intra-op threads during updates, when the simulator is idle (0 = one for a policy under 4M parameters,
     which a busy machine slows least, all cores for a larger one)"""
     logger: Literal["tensorboard", "wandb", "none"] = "tensorboard"
     """where metrics go besides metrics.jsonl"""

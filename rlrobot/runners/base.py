@@ -34,7 +34,7 @@ from rlrobot.runners.distributed import NoSync, broadcast_module, init_distribut
 from rlrobot.runners.evaluation import evaluate
 from rlrobot.tasks.mujoco_vec_env import default_num_threads
 
-SMALL_NETWORK_PARAMETERS = 1_000_000
+SMALL_NETWORK_PARAMETERS = 4_000_000
 """below this many policy parameters ``--update-threads 0`` updates on one thread"""
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
