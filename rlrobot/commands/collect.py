@@ -2,7 +2,13 @@
 ``rlrobot.data.demonstrations``); ``--recipe`` writes one of the offline-RL dataset recipes (``rlrobot.data.recipes``:
 expert, noisy at several levels, mixed, play). Every frame stores reward, success, ``next.done`` (LeRobot's) and
 ``next.terminated`` / ``next.truncated`` apart (an MDP end vs a time-out), and ``next.observation.state`` (s', the true
-final observation where an episode ended, so a time-out bootstraps from it)."""
+final observation where an episode ended, so a time-out bootstraps from it).
+
+``--obs-mode lerobot`` collects in the LeRobot SO-101 profile (``tasks/profile.py``; ``--setup`` the station's setup):
+``observation.state`` and ``action`` hold the six ``<motor>.pos`` in LeRobot's units and names (absolute joint
+targets: ``--control-mode joint_pos``), ``observation.images.<camera>`` the setup's cameras' frames, at 30 fps: the
+layout a real arm's ``lerobot-record`` dataset has, plus the simulator's reward and success columns. The privileged
+state is not stored (no real arm's dataset has it)."""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from rlrobot.data.lerobot_dataset import LeRobotDatasetWriter
 from rlrobot.data.recipes import BehaviourPolicy, Recipe, recipe
 from rlrobot.data.transitions import NEXT_STATE
 from rlrobot.envs.registry import native_task_ids, task_spec, validate_task_modes
+from rlrobot.tasks.profile import PROFILE_OBS_MODE, STATE_NAMES, is_privileged
 from rlrobot.tasks.so101_suite import check_task_instruction
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
@@ -54,6 +61,8 @@ class CollectArgs:
     """give up after this many episodes (0 = 20 x episodes)"""
     instruction: str | None = None
     """language-suite tasks: record only this instruction (`rlrobot list-tasks --instructions TASK`)"""
+    setup: str = ""
+    """the station's setup file (tasks/setup.py): its cameras, randomisation, control rate, spawn regions"""
 
 
 def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
@@ -77,7 +86,10 @@ def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
         raise ValueError(f"noise must be >= 0, got {args.noise}")
     if args.label not in ("executed", "expert"):
         raise ValueError(f"label={args.label!r} is not one of: executed, expert")
-    options: dict[str, Any] = {}
+    if args.obs_mode == PROFILE_OBS_MODE and args.control_mode != "joint_pos":
+        raise ValueError(f"obs_mode={PROFILE_OBS_MODE!r} records LeRobot's action, absolute joint targets: pass "
+                         f"--control-mode joint_pos (got {args.control_mode!r})")
+    options: dict[str, Any] = {"setup": args.setup} if args.setup else {}
     if args.instruction is not None:
         check_task_instruction(args.task, args.instruction)
         options["instruction"] = args.instruction
@@ -92,19 +104,22 @@ def collect_demonstrations(args: CollectArgs) -> dict[str, Any]:
 def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
     obs_space = env.single_observation_space
     action_dim = int(env.single_action_space.shape[0])
+    profile = args.obs_mode == PROFILE_OBS_MODE
+    names = list(STATE_NAMES) if profile else None  # the profile's state and action: LeRobot's <motor>.pos
+    stored = env.units.normalized_to_profile if profile else (lambda a: a)  # joint_pos action -> LeRobot's units
     features: dict[str, dict[str, Any]] = {}
     for key, space in obs_space.spaces.items():
-        if key in INSTRUCTION_KEYS:  # stored as the frames' task strings (LeRobot's tasks), re-encoded on load
-            continue
+        if key in INSTRUCTION_KEYS or is_privileged(key):  # the task string holds the instruction; no real arm's
+            continue  # dataset has the simulator's privileged state
         if key == "state":
-            features["observation.state"] = {"dtype": "float32", "shape": list(space.shape), "names": None}
+            features["observation.state"] = {"dtype": "float32", "shape": list(space.shape), "names": names}
         else:
             c, h, w = space.shape
             features[image_feature(key)] = {"dtype": "image", "shape": [h, w, c], "names": ["height", "width", "channels"]}
-    features["action"] = {"dtype": "float32", "shape": [action_dim], "names": None}
+    features["action"] = {"dtype": "float32", "shape": [action_dim], "names": names}
     expert_labels = args.label == "expert"
     if expert_labels:
-        features["action.executed"] = {"dtype": "float32", "shape": [action_dim], "names": None}
+        features["action.executed"] = {"dtype": "float32", "shape": [action_dim], "names": names}
     if "state" in obs_space.spaces:  # s' of every frame, the true final observation at an episode's end
         features[NEXT_STATE] = {"dtype": "float32", "shape": list(obs_space["state"].shape), "names": None}
     features["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
@@ -131,19 +146,19 @@ def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
         action = behaviour.act(env)
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = (terminated | truncated).numpy()
-        host = {k: v.numpy() for k, v in obs.items() if k not in INSTRUCTION_KEYS}
+        host = {k: v.numpy() for k, v in obs.items() if k not in INSTRUCTION_KEYS and not is_privileged(k)}
         if NEXT_STATE in features:  # same-step autoreset: an ended episode's s' is info["final_obs"], not next_obs
             next_state = np.where(done[:, None], info["final_obs"]["state"].numpy(), next_obs["state"].numpy())
         label = behaviour.expert_label if expert_labels else action
         for i in range(env.num_envs):
-            frame: dict[str, Any] = {"action": label[i].numpy().astype(np.float32),
+            frame: dict[str, Any] = {"action": stored(label[i].numpy()).astype(np.float32),
                                      "next.reward": np.array([reward[i].item()], np.float32),
                                      "next.done": np.array([bool(done[i])]),
                                      "next.success": np.array([bool(info["success"][i])]),
                                      "next.terminated": np.array([bool(terminated[i])]),
                                      "next.truncated": np.array([bool(truncated[i])])}
             if expert_labels:
-                frame["action.executed"] = action[i].numpy().astype(np.float32)
+                frame["action.executed"] = stored(action[i].numpy()).astype(np.float32)
             if NEXT_STATE in features:
                 frame[NEXT_STATE] = next_state[i].astype(np.float32)
             for key, value in host.items():
@@ -178,6 +193,8 @@ def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
             "recipe": args.recipe or None, "recipe_summary": rec.summary if args.recipe else None,
             "episode_behaviours": modes, "success_rate": float(np.mean(kept_success)),
             "return_mean": float(np.mean(kept_returns))}
+    if env.setup is not None:  # the scene it was collected in, and the profile's units
+        meta.update(use_degrees=env.setup.use_degrees, setup=env.setup.to_dict())
     (Path(args.out) / RLROBOT_META).write_text(json.dumps(meta, indent=2))
     summary = {"out": args.out, "episodes": kept, "frames": writer.total_frames, **meta}
     what = f"recipe {args.recipe}" if args.recipe else "expert"

@@ -4,6 +4,11 @@ Features written per frame (LeRobot's names): ``observation.state``, ``observati
 with ``--obs-mode rgb`` or ``state+rgb``), ``action`` (the action executed, in the task's normalised action space),
 ``next.reward``, ``next.done``, ``next.success``. ``meta/rlrobot.json`` records the task, control mode and spaces
 the data was made with, so that a dataset that does not fit a task is refused with a clear message before training.
+
+A dataset of the LeRobot SO-101 profile (a real arm's ``lerobot-record`` dataset, ``rlrobot collect --obs-mode
+lerobot``, a profile ``rlrobot deploy --record``) loads alike: its ``action`` (absolute joint targets in LeRobot's
+units) becomes the task's joint_pos action, and camera frames of another size than the task's go through the
+profile's ``prepare_frames`` (the crop of ``image_crops``, default the centred square, then the resize).
 """
 
 from __future__ import annotations
@@ -50,8 +55,12 @@ class Demonstrations:
 
 def load_demonstrations(root: str | Path, obs_space: dict[str, tuple[int, ...]], action_dim: int, chunk_size: int,
                         obs_keys: tuple[str, ...], control_mode: str | None = None, task: str | None = None,
-                        max_episodes: int = 0) -> Demonstrations:
-    """Read a LeRobotDataset for SFT, checking that its features match the task's spaces (clear errors otherwise)."""
+                        max_episodes: int = 0, image_crops: dict[str, tuple[float, float, float, float]] | None = None
+                        ) -> Demonstrations:
+    """Read a LeRobotDataset for SFT, checking that its features match the task's spaces (clear errors otherwise).
+    ``image_crops``: {camera: crop fractions} of frames stored at another size (the setup's crops)."""
+    from rlrobot.data.transitions import is_profile_dataset, profile_actions
+
     root = Path(root)
     data = read_lerobot_dataset(root)
     features = data["info"]["features"]
@@ -62,6 +71,10 @@ def load_demonstrations(root: str | Path, obs_space: dict[str, tuple[int, ...]],
                          f"control_mode={control_mode!r} (pass --control-mode {meta['control_mode']})")
     if "action" not in features:
         raise ValueError(f"dataset {root} has no 'action' feature; features: {sorted(features)}")
+    profile = is_profile_dataset(features)
+    if profile and control_mode not in (None, "joint_pos"):
+        raise ValueError(f"dataset {root} holds absolute joint targets in LeRobot's units (a profile dataset); the task runs "
+                         f"control_mode={control_mode!r}: train with --control-mode joint_pos")
     if list(features["action"]["shape"]) != [action_dim]:
         raise ValueError(f"dataset feature 'action' has shape {features['action']['shape']}; task {task!r} has "
                          f"action shape [{action_dim}]")
@@ -76,6 +89,8 @@ def load_demonstrations(root: str | Path, obs_space: dict[str, tuple[int, ...]],
         expected = tuple(obs_space[key])
         if key != "state":
             expected = (expected[1], expected[2], expected[0])  # stored HxWxC
+            if profile and len(shape) == 3 and shape[2] == 3 and expected[0] == expected[1]:
+                continue  # a camera's frames at its own size: prepare_frames makes them the task's
         if shape != expected:
             raise ValueError(f"dataset feature {name!r} has shape {list(shape)}; task {task!r} observation {key!r} "
                              f"needs {list(expected)}")
@@ -87,6 +102,8 @@ def load_demonstrations(root: str | Path, obs_space: dict[str, tuple[int, ...]],
     keep = np.isin(episode_index, episodes)
     episode_index = episode_index[keep]
     actions = frames["action"][keep].astype(np.float32)
+    if profile:
+        actions = profile_actions(actions, meta, root)
     # chunk targets: for each frame i, actions i .. i+H-1 of its own episode (padded and masked past the end)
     n = len(actions)
     starts = np.zeros(n, np.int64)
@@ -113,6 +130,12 @@ def load_demonstrations(root: str | Path, obs_space: dict[str, tuple[int, ...]],
         if key == "state":
             obs[key] = torch.as_tensor(values.astype(np.float32))
         else:
+            size = obs_space[key][-1]
+            if values.shape[1:3] != (size, size):  # a camera's own frames: the profile's one preprocessing
+                from rlrobot.tasks.profile import prepare_frames
+
+                crop = (image_crops or {}).get(key.removeprefix("image_"))
+                values = prepare_frames(values, crop, size)
             obs[key] = torch.as_tensor(np.ascontiguousarray(values.transpose(0, 3, 1, 2)))
     return Demonstrations(obs=obs, chunks=torch.as_tensor(actions[positions]), mask=torch.as_tensor(mask),
                           num_episodes=len(episodes))

@@ -251,10 +251,40 @@ def dataset_meta(root: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return info, (json.loads(meta_path.read_text()) if meta_path.is_file() else {})
 
 
+def is_profile_dataset(features: dict[str, Any]) -> bool:
+    """A dataset in the LeRobot SO-101 profile: its ``action`` names the six ``<motor>.pos`` (a real arm's recording
+    with ``lerobot-record``, ``rlrobot collect --obs-mode lerobot``, ``rlrobot deploy --record`` of a profile policy):
+    absolute joint targets in LeRobot's units, which the loaders turn into the task's joint_pos action."""
+    from rlrobot.tasks.profile import STATE_NAMES
+
+    return list(features.get("action", {}).get("names") or []) == list(STATE_NAMES)
+
+
+def profile_actions(values: np.ndarray, meta: dict[str, Any], root: str | Path) -> np.ndarray:
+    """LeRobot-unit joint targets -> the joint_pos action in [-1, 1] (``meta/rlrobot.json``'s ``use_degrees``, else
+    degrees, LeRobot's default since 0.4.4); values no calibrated arm reports are refused."""
+    from rlrobot.tasks.so101 import profile_units
+
+    units = profile_units(bool(meta.get("use_degrees", True)))
+    values = np.asarray(values, np.float64)
+    low, high = units.profile_range()
+    slack = np.where(np.arange(6) < 5, 15.0, 5.0)  # a reading may lie a little outside the model's range
+    outside = (values < low - slack) | (values > high + slack)
+    if outside.any():
+        j = int(np.argmax(outside.any(0)))
+        raise ValueError(f"dataset {root}: action values of {j} ({values[outside[:, j], j][0]:.1f}) lie outside the arm's "
+                         f"range [{low[j]:.0f}, {high[j]:.0f}] in {units.body_mode} units (a -100..100 dataset needs "
+                         f"use_degrees false in meta/rlrobot.json)")
+    return units.profile_to_normalized(values).astype(np.float32)
+
+
 def action_feature(features: dict[str, Any]) -> str:
     """The action a transition took: ``action.policy`` in a deploy recording (``action`` holds the commanded joint
     targets there), ``action.executed`` in a DART collection (``action`` is the expert's label there), else
-    ``action``."""
+    ``action``. A profile dataset's ``action`` (the commanded targets, what a real arm's dataset holds; its deploy
+    recordings' ``action.policy`` is not read), or its DART collection's ``action.executed``."""
+    if is_profile_dataset(features):
+        return "action.executed" if "action.executed" in features else "action"
     for key in ("action.policy", "action.executed"):
         if key in features:
             return key
@@ -278,6 +308,9 @@ def check_dataset(root: str | Path, *, obs_shapes: dict[str, tuple], action_dim:
     key = action_feature(features)
     if key not in features:
         raise ValueError(f"dataset {root} has no 'action' feature; features: {sorted(features)}")
+    if is_profile_dataset(features) and control_mode not in (None, "joint_pos"):
+        raise ValueError(f"dataset {root} holds absolute joint targets in LeRobot's units (a profile dataset); the task runs "
+                         f"control_mode={control_mode!r}: train with --control-mode joint_pos")
     if list(features[key]["shape"]) != [action_dim]:
         raise ValueError(f"dataset feature {key!r} has shape {features[key]['shape']}; task {task!r} has action shape "
                          f"[{action_dim}]")
@@ -331,6 +364,8 @@ def load_transitions(root: str | Path, *, obs_keys: tuple[str, ...] = ("state",)
     rewards = cols["next.reward"].reshape(n) if has_rewards else np.zeros(n, np.float32)
     success = cols["next.success"].reshape(n) if "next.success" in cols else np.zeros(n, bool)
     actions = cols[key].astype(np.float32)
+    if is_profile_dataset(features):
+        actions = profile_actions(actions, meta, root)
     if np.abs(actions).max() > 1.0 + 1e-4:
         raise ValueError(f"dataset feature {key!r} holds values outside [-1, 1] (max |a| {np.abs(actions).max():.3g}); "
                          "offline algorithms need the task's normalised action space")
