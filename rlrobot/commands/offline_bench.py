@@ -27,6 +27,7 @@ from rich.console import Console
 
 import rlrobot
 from rlrobot.algorithms.offline import offline_algorithm_names
+from rlrobot.algorithms.registry import ALGORITHMS, algorithm_spec
 from rlrobot.commands.collect import CollectArgs, collect_demonstrations
 from rlrobot.configs import preset
 from rlrobot.data.recipes import RECIPES, recipe
@@ -310,9 +311,10 @@ def write_table(results: Path, table_path: Path, curves_path: Path) -> str:
     return text
 
 
-def _algo_order(name: str) -> tuple[int, str]:
-    order = ["bc", "iql", "cal-ql", "fql", "rql"]
-    return (order.index(name) if name in order else len(order), name)
+def _algo_order(name: str) -> tuple[bool, int]:
+    """Behaviour cloning (no rewards) first, then the registry's order."""
+    names = list(ALGORITHMS)
+    return (algorithm_spec(name).needs_rewards, names.index(name) if name in names else len(names))
 
 
 def _plot_curves(runs: list[dict[str, Any]], groups: list[tuple], algos: list[str], path: Path) -> None:
