@@ -169,7 +169,7 @@ class CameraRandomization:
 @dataclass
 class ImageRandomization:
     noise_std: NonNegative = 0.0
-    """Gaussian pixel noise, in 0..255 units"""
+    """pixel noise of this std (uniform, independent per pixel and channel), in 0..255 units"""
     blur_probability: UnitInterval = 0.0
     """chance per episode that a camera's frames are blurred (3x3 box)"""
     brightness: UnitInterval = 0.0

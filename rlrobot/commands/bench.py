@@ -49,6 +49,10 @@ class BenchArgs:
     """also time the VecEnv with two 64x64 cameras (obs_mode state+rgb, rendered in the worker threads) against
     state only, at images_num_envs envs: env steps/s, frames/s and their ratio"""
     images_num_envs: int = 64
+    profile: bool = True
+    """(h) the LeRobot profile's observations (two cameras, every randomisation, a greenscreen) against state only at
+    profile_num_envs envs, and where its time goes (rlrobot.bench.profile_bench)"""
+    profile_num_envs: tuple[int, ...] = (16, 64)
     peers: bool = False
     """time Stable-Baselines3 PPO / SAC, rsl_rl PPO and EnvPool against rlrobot on the same task, network and batch,
     interleaved in this one run, and print the ratios (needs the extra: pip install 'rlrobot[bench]')"""
@@ -85,6 +89,10 @@ def run_bench(args: BenchArgs) -> dict:
     result: dict = {"ppo": rows}
     if args.images:
         result["images"] = images_bench(args)
+    if args.profile:
+        from rlrobot.bench.profile_bench import profile_bench
+
+        result["profile"] = profile_bench(args)
     if args.sac:
         result["sac"] = sac_bench(args)
     if args.offline:
