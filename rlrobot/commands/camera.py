@@ -181,6 +181,11 @@ def capture(args: CaptureArgs) -> dict[str, Any]:
     bridge = TaskBridge("so101-reach", "joint_pos")
     supervisor = SafetySupervisor(SafetyConfig(), robot.joint_low, robot.joint_high, 1.0 / robot.control_rate_hz,
                                   forward_kinematics=bridge.tcp_position)
+    import signal
+
+    previous_usr1 = signal.getsignal(signal.SIGUSR1) if hasattr(signal, "SIGUSR1") else None
+    if previous_usr1 is not None:  # kill -USR1 <pid>: the e-stop, as in rlrobot deploy
+        supervisor.install_signal_estop(signal.SIGUSR1)
     source = PoseSource(robot.control_rate_hz, args.speed)
     executor = ChunkExecutor(robot, bridge, source, supervisor, ExecutorConfig(mode="open_loop", realtime=args.robot != "twin"))
     settle = max(1, int(round(args.settle_s * robot.control_rate_hz)))
@@ -198,6 +203,8 @@ def capture(args: CaptureArgs) -> dict[str, Any]:
         executor.close()
         robot.disconnect()
         bridge.close()
+        if previous_usr1 is not None:
+            signal.signal(signal.SIGUSR1, previous_usr1)
     save_photos(args.out, args.camera, photos, profile_units(setup.use_degrees))
     console.print(f"wrote {len(photos)} photos and poses.json to {args.out}; next: rlrobot camera align --setup "
                   f"{args.setup} --photos {args.out}")
