@@ -219,6 +219,9 @@ class SO101Env(MujocoVecEnv):
     # ------------------------------------------------------------ the setup and the LeRobot profile
     def _init_setup(self) -> None:
         """Latency and delay buffers, the profile's cameras and its observation space."""
+        if getattr(self, "backend", "mujoco") != "mujoco":  # its batched physics knows neither latency nor the cameras
+            raise ValueError(f"setup (and obs_mode={PROFILE_OBS_MODE!r}) runs on the native backend 'mujoco', not "
+                             f"{self.backend!r}")
         physics = self.setup.randomization.physics
         n = self.num_envs
         self._max_latency = int(physics.actuation_latency_steps[1])
