@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import tyro
 from rich.console import Console
-from rich.table import Table
 
 from rlrobot.data.recipes import RECIPES
 from rlrobot.data.transitions import _read_columns, dataset_meta
+from rlrobot.logging.tables import print_table
+from rlrobot.runners.offline import NO_REWARDS, NO_SUCCESS
 
 console = Console(soft_wrap=True)
 
@@ -51,26 +52,18 @@ def describe_dataset(root: str | Path) -> dict[str, Any]:
 
 
 def list_datasets(args: DatasetsArgs) -> list[dict[str, Any]]:
-    table = Table(title="dataset recipes (rlrobot collect --task T --recipe NAME --out DIR)")
-    for col in ("recipe", "episodes", "what"):
-        table.add_column(col)
-    for r in RECIPES.values():
-        table.add_row(r.name, str(r.episodes), r.summary)
-    console.print(table)
+    print_table(console, "dataset recipes (rlrobot collect --task T --recipe NAME --out DIR)", ("recipe", "episodes", "what"),
+                [(r.name, str(r.episodes), r.summary) for r in RECIPES.values()])
     paths = [Path(p) for p in args.paths]
     if not paths and Path(args.root).is_dir():
         paths = sorted(p for p in Path(args.root).iterdir() if (p / "meta" / "info.json").is_file())
     rows = [describe_dataset(p) for p in paths]
     if rows:
-        table = Table(title="datasets")
-        for col in ("dataset", "task", "recipe", "episodes", "transitions", "success", "return", "terminated"):
-            table.add_column(col)
-        for r in rows:
-            table.add_row(r["path"], str(r["task"] or "-"), r["recipe"], str(r["episodes"]), str(r["transitions"]),
-                          "-" if r["success_rate"] is None else f"{r['success_rate']:.2f}",
-                          "-" if r["return_mean"] is None else f"{r['return_mean']:.2f}",
-                          "-" if r["terminated"] is None else str(r["terminated"]))
-        console.print(table)
+        print_table(console, "datasets", ("dataset", "task", "recipe", "episodes", "transitions", "success", "return", "terminated"),
+                    [(r["path"], str(r["task"] or "-"), r["recipe"], str(r["episodes"]), str(r["transitions"]),
+                      NO_SUCCESS if r["success_rate"] is None else f"{r['success_rate']:.2f}",
+                      NO_REWARDS if r["return_mean"] is None else f"{r['return_mean']:.2f}",
+                      "-" if r["terminated"] is None else str(r["terminated"])) for r in rows])
     elif not args.paths:
         console.print(f"no datasets under {args.root} yet: rlrobot collect --task so101-push --recipe noisy "
                       f"--out {args.root}/so101-push_noisy")

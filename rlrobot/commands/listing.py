@@ -1,4 +1,5 @@
-"""``rlrobot list-tasks`` and ``rlrobot list-algos``: what the registries hold."""
+"""``rlrobot list-tasks`` and ``rlrobot list-algos``: what the registries hold, read from the package's catalogue
+(``rlrobot/catalogue.py``) so that neither command imports torch or a simulator."""
 
 from __future__ import annotations
 
@@ -6,11 +7,9 @@ import json
 from dataclasses import dataclass
 
 from rich.console import Console
-from rich.table import Table
 
-from rlrobot.algorithms.registry import describe_algorithms
-from rlrobot.envs.registry import describe_task, native_task_ids, task_spec
-from rlrobot.tasks.so101_suite import SUITE_TASKS
+from rlrobot.catalogue import load_catalogue
+from rlrobot.logging.tables import print_table
 
 console = Console(soft_wrap=True)
 
@@ -24,26 +23,24 @@ class ListTasksArgs:
 
 def list_tasks(args: ListTasksArgs) -> None:
     if args.instructions is not None:
+        from rlrobot.tasks.so101_suite import SUITE_TASKS  # builds the suite's vocabulary: only for this option
+
         if args.instructions not in SUITE_TASKS:
             raise ValueError(f"instructions={args.instructions!r} is not a language-suite task; one of {sorted(SUITE_TASKS)}")
         for text in SUITE_TASKS[args.instructions].instructions():
             print(text)
         return
 
-    table = Table(title="rlrobot tasks")
-    for col in ("task", "observation", "action", "max steps", "instruction"):
-        table.add_column(col)
-    for task in native_task_ids():
-        d = describe_task(task)
-        table.add_row(task, json.dumps(d["observation"]), str(d["action"]), str(d["max_episode_steps"]), d["instruction"])
-    console.print(table)
-
-    for task in native_task_ids():
-        spec = task_spec(task)
-        console.print(f"{task}: obs_mode {' | '.join(spec.obs_modes)}; control_mode {' | '.join(spec.control_modes)}; "
-                      f"reward_mode {' | '.join(spec.reward_modes)}")
+    tasks = load_catalogue()["tasks"]
+    rows = [(t["task"], json.dumps(t["observation"]), str(tuple(t["action"])), str(t["max_episode_steps"]), t["instruction"])
+            for t in tasks]
+    print_table(console, "rlrobot tasks", ("task", "observation", "action", "max steps", "instruction"), rows)
+    for t in tasks:
+        console.print(f"{t['task']}: obs_mode {' | '.join(t['obs_modes'])}; control_mode {' | '.join(t['control_modes'])}; "
+                      f"reward_mode {' | '.join(t['reward_modes'])}", highlight=False)
     console.print("Other simulators by prefix: gym:<id> (any registered gymnasium env, e.g. gym:Pendulum-v1), "
-                  "maniskill:<id> (extra maniskill, e.g. maniskill:PushCube-v1), isaaclab:<task> (Isaac Lab installed)")
+                  "maniskill:<id> (extra maniskill, e.g. maniskill:PushCube-v1), isaaclab:<task> (Isaac Lab installed)",
+                  highlight=False)
 
 
 @dataclass
@@ -52,9 +49,5 @@ class ListAlgosArgs:
 
 
 def list_algorithms(args: ListAlgosArgs | None = None) -> None:
-    table = Table(title="rlrobot algorithms (rlrobot train --algo NAME --help)")
-    for col in ("algo", "policy kind", "what it does"):
-        table.add_column(col)
-    for row in describe_algorithms():
-        table.add_row(row["algo"], row["policy_kind"], row["summary"])
-    console.print(table)
+    rows = [(a["algo"], a["policy_kind"], a["summary"]) for a in load_catalogue()["algorithms"]]
+    print_table(console, "rlrobot algorithms (rlrobot train --algo NAME --help)", ("algo", "policy kind", "what it does"), rows)

@@ -16,6 +16,7 @@ from pathlib import Path
 import tyro
 from rich.console import Console
 
+from rlrobot.logging.tables import print_table
 from rlrobot.results.experts import ExpertsArgs, run_experts
 from rlrobot.results.registry import ENTRIES, entry
 from rlrobot.results.report import write_report
@@ -96,16 +97,13 @@ def table(args: TableArgs) -> None:
 
 
 def list_entries(results_dir: str = "results") -> None:
-    from rich.table import Table
-
-    t = Table(title="rlrobot results entries (rlrobot results run --only NAME)")
-    for col in ("name", "group", "seeds", "budget", "cost", "result file"):
-        t.add_column(col)
+    rows = []
     for e in ENTRIES:
         path = Path(results_dir) / f"{e.name}.json"
-        have = json.loads(path.read_text())["written"] if path.is_file() else "not run"
-        t.add_row(e.name, e.group, str(e.seeds), e.budget, e.cost, have)
-    console.print(t)
+        rows.append((e.name, e.group, str(e.seeds), e.budget, e.cost,
+                     json.loads(path.read_text())["written"] if path.is_file() else "not run"))
+    print_table(console, "rlrobot results entries (rlrobot results run --only NAME)",
+                ("name", "group", "seeds", "budget", "cost", "result file"), rows)
 
 
 def main(argv: list[str]) -> None:

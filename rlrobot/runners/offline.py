@@ -16,9 +16,12 @@ from typing import Any
 from rlrobot.algorithms.registry import ALGORITHMS
 from rlrobot.config import TrainConfig
 from rlrobot.data.inverse_dynamics import label_with_inverse_dynamics
-from rlrobot.data.transitions import Transitions, load_transitions
+from rlrobot.data.transitions import Transitions, dataset_meta, load_transitions
 from rlrobot.envs.registry import is_adapter_task
 from rlrobot.runners.base import Runner, console
+
+NO_REWARDS = "n/a (no rewards recorded)"
+NO_SUCCESS = "n/a (no success recorded)"
 
 
 def load_offline_data(cfg: TrainConfig, obs_shapes: dict[str, tuple], action_dim: int, device) -> Transitions:
@@ -53,13 +56,19 @@ class OfflineRunner(Runner):
             self.algo.policy.execute_steps = min(policy_cfg.execute_steps, self.algo.chunk_size)
         self.policy = self.algo.policy
         stats = self.data.episode_stats()
+        recorded = dataset_meta(cfg.dataset)[0].get("features", {})
+        if "next.success" not in recorded:
+            stats["success_rate"] = None
+        if not self.data.has_rewards:
+            stats["return_mean"] = None
         self.meta["dataset"] = {"path": str(Path(cfg.dataset).resolve()), **stats,
                                 **{k: v for k, v in self.data.info.items()
                                    if k in ("recipe", "timeouts_without_next_obs", "labelled_fraction", "labelled_episodes",
                                             "inverse_dynamics")}}
         if self.is_main:
             console.print(f"{cfg.algo} on {stats['episodes']} episodes ({stats['transitions']} transitions) of "
-                          f"{cfg.dataset}: dataset success {stats['success_rate']:.2f}, return {stats['return_mean']:.2f}"
+                          f"{cfg.dataset}: dataset success {_figure(stats['success_rate'], NO_SUCCESS)}, "
+                          f"return {_figure(stats['return_mean'], NO_REWARDS)}"
                           f"{self.data.bootstrap_note()}",
                           soft_wrap=True)
 
@@ -97,3 +106,7 @@ class OfflineRunner(Runner):
         out: dict[str, Any] = {f"loss/{k}": v / max(n, 1) for k, v in totals.items()}
         out["perf/gradient_steps_per_s"] = n / max(elapsed, 1e-9)
         return out
+
+
+def _figure(value: float | None, missing: str) -> str:
+    return missing if value is None else f"{value:.2f}"
