@@ -228,3 +228,11 @@ def test_top_level_help_and_version(capsys):
     assert "rlrobot <command> [options]" in out and all(c in out for c in ("train", "eval", "list-algos", "deploy"))
     main(["--version"])
     assert capsys.readouterr().out.startswith("rlrobot 0.")
+
+
+def test_a_total_steps_that_is_not_whole_iterations_says_what_it_runs(tmp_path, capsys):
+    main(["train", "--out", str(tmp_path / "r"), "--total-steps", str(PER_ITERATION + 36), *RUN])
+    out = capsys.readouterr().out
+    assert f"--total-steps {PER_ITERATION + 36} runs {PER_ITERATION} env steps: whole iterations of {PER_ITERATION}" in out
+    main(["train", "--out", str(tmp_path / "whole"), "--total-steps", str(PER_ITERATION), *RUN])
+    assert "whole iterations" not in capsys.readouterr().out

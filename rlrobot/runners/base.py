@@ -268,6 +268,10 @@ class Runner(abc.ABC):
         if main:
             console.print(f"run dir {self.out}  ({cfg.algo} on {cfg.task}, {self.total_iterations:,} iterations)",
                           soft_wrap=True)
+            if self.x_label == "env steps" and cfg.total_steps % (self.steps_per_iteration * self.sync.world_size):
+                per_iteration = self.steps_per_iteration * self.sync.world_size
+                console.print(f"--total-steps {cfg.total_steps:,} runs {self.total_iterations * per_iteration:,} env steps: "
+                              f"whole iterations of {per_iteration:,} (envs x steps per env per iteration)", soft_wrap=True)
         eval_result: dict[str, Any] = {}
         if main and self.initialised_from and self.iteration == 0:  # where fine-tuning starts: the curve's first point
             eval_result = self.evaluate(video=False)
