@@ -89,7 +89,8 @@ class TrainConfig:
     checkpoint_every: PositiveInt = 20
     """iterations between checkpoints"""
     eval_every: NonNegativeInt | None = None
-    """iterations between evaluations during training (None = about ten over the run; 0 = only at the end)"""
+    """iterations between evaluations during training (None = ten over the run, fewer in a short run: evaluating
+    stays under a fifth of the training's env steps; 0 = only at the end)"""
     eval_episodes: PositiveInt = 64
     """episodes per evaluation (deterministic policy)"""
     eval_envs: PositiveInt = 32

@@ -15,6 +15,7 @@ from rlrobot.algorithms.registry import algorithm_spec
 from rlrobot.checkpoints import load_config, newest_intact_checkpoint
 from rlrobot.config import config_class, config_from_checkpoint
 from rlrobot.configs import preset
+from rlrobot.rewards.registry import NONE as NO_SHAPING
 from rlrobot.runners.base import make_runner
 
 console = Console(soft_wrap=True)
@@ -64,7 +65,8 @@ def train(argv: list[str]) -> dict:
         return summary
     ev = summary["eval"]
     if "success_rate" in ev or not ev:
-        result = (f"eval success {ev.get('success_rate', 0):.3f}, return {ev.get('return_mean', 0):.2f} "
+        returns = "task return" if cfg.reward.shaping != NO_SHAPING else "return"
+        result = (f"eval success {ev.get('success_rate', 0):.3f}, {returns} {ev.get('return_mean', 0):.2f} "
                   f"over {ev.get('episodes', 0)} episodes")
     else:  # a model rather than a policy (--algo prm): its own held-out metrics
         result = "eval " + ", ".join(f"{k} {v:.3f}" for k, v in ev.items() if isinstance(v, float))

@@ -30,10 +30,13 @@ from rlrobot.envs.vec_env import CURRICULUM
 from rlrobot.logging.loggers import Logger
 from rlrobot.logging.plots import plot_learning_curve
 from rlrobot.policies.registry import build_policy, check_compatible, policy_kind_of, policy_metadata
+from rlrobot.rewards.registry import NONE as NO_SHAPING
 from rlrobot.runners.distributed import NoSync, broadcast_module, init_distributed, parameters_identical, shutdown
 from rlrobot.runners.evaluation import evaluate
 from rlrobot.tasks.mujoco_vec_env import default_num_threads
 
+MAX_SCHEDULED_EVALUATIONS = 10
+"""evaluations over a run without --eval-every (the learning curve's points)"""
 SMALL_NETWORK_PARAMETERS = 4_000_000
 """below this many policy parameters ``--update-threads 0`` updates on one thread"""
 
@@ -43,6 +46,9 @@ console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup
 class Runner(abc.ABC):
     """Base runner: env, seeds and generator, checkpoints, the learn loop. Subclasses build ``self.policy`` and
     ``self.algo`` (which owns its optimizers, storage and ``state_dict``) and implement ``train_iteration``."""
+
+    cheap_env_steps: bool = False
+    """an env step costs little beside the update (on-policy runners): evaluation is budgeted in env steps"""
 
     def __init__(self, cfg: TrainConfig):
         cfg.prepare()  # reads --init / --dataset (may adopt settings from them), then validates
@@ -71,6 +77,7 @@ class Runner(abc.ABC):
         self.curriculum_metrics: dict[str, float] = {}
         self.obs: dict[str, torch.Tensor] | None = None
         self.recent_returns: deque[float] = deque(maxlen=200)
+        self.recent_task_returns: deque[float] = deque(maxlen=200)  # the task's own return where a reward is shaped
         self.recent_success: deque[float] = deque(maxlen=200)
 
     # ------------------------------------------------------------------ subclass hooks
@@ -201,6 +208,8 @@ class Runner(abc.ABC):
             self.curriculum_metrics = info[CURRICULUM]
         if "episode" in info:
             self.recent_returns.extend(info["episode"]["return"].tolist())
+            if "task_return" in info["episode"]:
+                self.recent_task_returns.extend(info["episode"]["task_return"].tolist())
             self.recent_success.extend(info["episode"]["success"].float().tolist())
 
     def learn(self) -> dict[str, Any]:
@@ -211,14 +220,30 @@ class Runner(abc.ABC):
                 shutdown()
 
     @property
+    def eval_return_label(self) -> str:
+        """Evaluation scores the task's own reward: named so where training's is shaped."""
+        return "task return" if self.cfg.reward.shaping != NO_SHAPING else "return"
+
+    @property
     def x_label(self) -> str:
         """What ``log_step`` counts (the learning curve's x axis)."""
         return "env steps"
 
+    def scheduled_evaluations(self) -> int:
+        """How many evaluations ``eval_every=None`` spreads over the run: ten; for a runner whose env steps are cheap
+        beside its updates (on-policy), fewer where their env steps would exceed a fifth of the training's (a short run
+        is not mostly evaluation); at least the final one."""
+        cfg = self.cfg
+        if not self.cheap_env_steps:
+            return MAX_SCHEDULED_EVALUATIONS
+        per_evaluation = cfg.eval_episodes * (cfg.episode_steps() or 1000)
+        return max(1, min(MAX_SCHEDULED_EVALUATIONS, cfg.total_steps // (5 * per_evaluation)))
+
     def eval_interval(self) -> int:
-        """Iterations between evaluations: ``eval_every``, or about ten over the run when it is None (0: at the end)."""
+        """Iterations between evaluations: ``eval_every``, or ``scheduled_evaluations`` over the run when it is None
+        (0: at the end)."""
         if self.cfg.eval_every is None:
-            return max(1, self.total_iterations // 10)
+            return max(1, self.total_iterations // self.scheduled_evaluations())
         return self.cfg.eval_every
 
     def _start(self) -> None:
@@ -249,11 +274,16 @@ class Runner(abc.ABC):
         if self.recent_returns:  # only what was measured: nothing before the first episode ends
             metrics["train/return"] = float(np.mean(self.recent_returns))
             metrics["train/success"] = float(np.mean(self.recent_success))
+        if self.recent_task_returns:
+            metrics["train/task_return"] = float(np.mean(self.recent_task_returns))
         return metrics
 
     def status_line(self, metrics: dict[str, float]) -> str:
         parts = [f"{metrics['perf/env_steps_per_s']:,.0f} steps/s"] if "perf/env_steps_per_s" in metrics else []
-        if "train/return" in metrics:
+        if "train/task_return" in metrics:  # a shaped reward: both, each named
+            parts.append(f"shaped return {metrics['train/return']:.2f}  task return {metrics['train/task_return']:.2f}  "
+                         f"success {metrics['train/success']:.2f}")
+        elif "train/return" in metrics:
             parts.append(f"return {metrics['train/return']:.2f}  success {metrics['train/success']:.2f}")
         else:
             parts.append("no episode finished yet")
@@ -272,13 +302,18 @@ class Runner(abc.ABC):
                 per_iteration = self.steps_per_iteration * self.sync.world_size
                 console.print(f"--total-steps {cfg.total_steps:,} runs {self.total_iterations * per_iteration:,} env steps: "
                               f"whole iterations of {per_iteration:,} (envs x steps per env per iteration)", soft_wrap=True)
+            if cfg.eval_every is None and self.scheduled_evaluations() < MAX_SCHEDULED_EVALUATIONS:
+                n = self.scheduled_evaluations()
+                when = "once, at the end," if n == 1 else f"{n} times (the last at the end)"
+                console.print(f"a short run: evaluated {when} instead of {MAX_SCHEDULED_EVALUATIONS} times, so that evaluating "
+                              f"stays under a fifth of training; --eval-every sets it", soft_wrap=True)
         eval_result: dict[str, Any] = {}
         if main and self.initialised_from and self.iteration == 0:  # where fine-tuning starts: the curve's first point
             eval_result = self.evaluate(video=False)
             logger.log({f"eval/{k}": v for k, v in eval_result.items() if isinstance(v, float)}, self.log_step)
             console.print(f"evaluation of {self.initialised_from} before training: success "
-                          f"{eval_result.get('success_rate', 0.0):.3f}, return {eval_result.get('return_mean', 0.0):.2f}",
-                          soft_wrap=True)
+                          f"{eval_result.get('success_rate', 0.0):.3f}, "
+                          f"{self.eval_return_label} {eval_result.get('return_mean', 0.0):.2f}", soft_wrap=True)
         stop = StopAtIterationBoundary(enabled=main and self.sync.world_size == 1)
         try:
             with stop, self._progress() as advance:
@@ -324,7 +359,7 @@ class Runner(abc.ABC):
         result = self.evaluate(video=False)
         logger.log({f"eval/{k}": v for k, v in result.items() if isinstance(v, float)}, self.log_step)
         console.print(f"eval at iteration {self.iteration}: success {result['success_rate']:.3f}, "
-                      f"return {result['return_mean']:.2f}", soft_wrap=True)
+                      f"{self.eval_return_label} {result['return_mean']:.2f}", soft_wrap=True)
         return result
 
     @contextlib.contextmanager

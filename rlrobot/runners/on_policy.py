@@ -16,6 +16,8 @@ from rlrobot.runners.base import Runner
 
 
 class OnPolicyRunner(Runner):
+    cheap_env_steps = True
+
     def __init__(self, cfg: TrainConfig):
         super().__init__(cfg)
         self.policy = self.build_policy()

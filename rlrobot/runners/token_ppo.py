@@ -8,6 +8,8 @@ from rlrobot.runners.base import Runner
 
 
 class TokenPPORunner(Runner):
+    cheap_env_steps = True
+
     def __init__(self, cfg):
         super().__init__(cfg)
         self.policy = self.build_policy()
