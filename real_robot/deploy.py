@@ -57,7 +57,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from rlrobot.domains import NonNegative, check_domains
+from rlrobot.domains import NonNegative, PositiveUnit, check_domains
 
 from .drivers import DRIVERS, make_robot
 from .executor import ChunkExecutor, ControlLoopFault, EpisodeResult, ExecutorConfig
@@ -101,7 +101,7 @@ class DeployArgs:
     lerobot_cameras: str | None = None
     """(lerobot) NAME=INDEX_OR_PATH,... of the follower's cameras, e.g. front=0,wrist=/dev/video2 (default: each setup
     camera's device)"""
-    twin_frame_scale: float = 0.25
+    twin_frame_scale: PositiveUnit = 0.25
     """(blind twin) its frames' size as a share of the setup cameras' resolution (1: full size, ~20x slower)"""
     step_confirm: bool = False
     """wait for Enter before executing each chunk (the arm holds meanwhile; q + Enter stops): a first real run"""

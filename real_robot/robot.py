@@ -5,9 +5,12 @@ wrist_roll, gripper), zero in the middle of each range as in LeRobot's calibrati
 
 - ``qpos`` float64 [n_joints] (rad), ``qvel`` float64 [n_joints] (rad/s, estimated where the hardware has none);
 - ``timestamp`` (``time.monotonic()`` of the reading);
-- ``images`` {camera name: HxWx3 uint8} when the robot has cameras;
-- ``context`` {name: array}: what perception knows of the task (the twin reports the target and the cube pose;
-  on a real arm it comes from the user or a perception module).
+- ``images`` {camera name: HxWx3 uint8} when the robot has cameras (by the names configured on it; the LeRobot
+  profile's bridge crops and resizes them with ``rlrobot.tasks.profile.prepare_frames``, as in training);
+- ``context`` {name: array}, only where something knows the task: a real arm's comes from the user (``--target``),
+  the sighted twin reports the target and the cube pose; the blind twin (the LeRobot profile) and a real arm without
+  user input report none, and a policy that needs one is refused (``observation_check``);
+- ``instruction`` (optional): the task the operator set up, in words (the blind twin reports its episode's).
 """
 
 from __future__ import annotations
