@@ -26,6 +26,7 @@ from rlrobot.data.lerobot_dataset import LeRobotDatasetWriter
 from rlrobot.data.recipes import BehaviourPolicy, Recipe, recipe
 from rlrobot.data.transitions import NEXT_STATE
 from rlrobot.envs.registry import native_task_ids, task_spec, validate_task_modes
+from rlrobot.runners.evaluation import EpisodeSlots
 from rlrobot.tasks.profile import PROFILE_OBS_MODE, STATE_NAMES, is_privileged
 from rlrobot.tasks.so101_suite import check_task_instruction
 
@@ -138,6 +139,9 @@ def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
     kept_returns: list[float] = []
     modes: dict[str, int] = {}
     max_attempts = args.max_attempts or 20 * args.episodes
+    # without --success-only, a fixed set of episodes (each env's first ones, round robin), not the first to finish:
+    # those would over-represent the short episodes wherever failures end early (a lost cube)
+    slots = None if args.success_only else EpisodeSlots(args.episodes, env.num_envs)
     obs, _ = env.reset(seed=args.seed)
     while kept < args.episodes:
         if attempted >= max_attempts:
@@ -168,13 +172,14 @@ def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
             ended = info["episode"]["env_ids"].tolist()
             # multi-task suites report each finished episode's own instruction (its env has already drawn a new one)
             texts = info["episode"].get("instruction", [instruction] * len(ended))
-            for env_id, success, ret, mode, text in zip(ended, info["episode"]["success"].tolist(),
-                                                        info["episode"]["return"].tolist(), behaviour.mode_names(ended),
-                                                        texts, strict=True):
+            counted = (slots.assign(info["episode"]["env_ids"]) >= 0).tolist() if slots else [True] * len(ended)
+            for env_id, success, ret, mode, text, counts in zip(ended, info["episode"]["success"].tolist(),
+                                                                info["episode"]["return"].tolist(),
+                                                                behaviour.mode_names(ended), texts, counted, strict=True):
                 attempted += 1
                 outcomes.append(bool(success))
                 frames, buffers[env_id] = buffers[env_id], []
-                if kept >= args.episodes or (args.success_only and not success):
+                if kept >= args.episodes or not counts or (args.success_only and not success):
                     continue
                 for f in frames:
                     writer.add_frame(f, text)
@@ -198,7 +203,13 @@ def _collect(env, args: CollectArgs, rec) -> dict[str, Any]:
     (Path(args.out) / RLROBOT_META).write_text(json.dumps(meta, indent=2))
     summary = {"out": args.out, "episodes": kept, "frames": writer.total_frames, **meta}
     what = f"recipe {args.recipe}" if args.recipe else "expert"
+    if args.success_only:
+        how = f"the first {kept} successes of {attempted} episodes run (success {meta['expert_success_rate']:.2f})"
+    else:
+        low, high = kept // env.num_envs, -(-kept // env.num_envs)
+        quota = f"{high}" if low == high else f"{low}-{high}"
+        how = (f"each env's first {quota}, not the first to finish ({attempted} ran on {env.num_envs} envs at once, "
+               f"{attempted - kept} dropped; success over all {meta['expert_success_rate']:.2f})")
     console.print(f"wrote {kept} episodes ({writer.total_frames} frames) to {args.out} ({what}): success "
-                  f"{meta['success_rate']:.2f}, return {meta['return_mean']:.2f}; {attempted} episodes attempted "
-                  f"(success {meta['expert_success_rate']:.2f})")
+                  f"{meta['success_rate']:.2f}, return {meta['return_mean']:.2f}; kept {how}")
     return summary
