@@ -237,6 +237,17 @@ def deploy_setup(args: DeployArgs, source, metadata: dict[str, Any]):
     return load_setup(getattr(cfg, "setup", "") or None)
 
 
+def scene_setup(args: DeployArgs, source):
+    """The setup a policy of the simulator state was trained with (its physics and control rate; --setup overrides),
+    or None: the sighted twin then runs that scene."""
+    from rlrobot.tasks.setup import load_setup
+
+    if args.setup is not None:
+        return load_setup(args.setup)
+    text = getattr(getattr(source, "cfg", None), "setup", "")
+    return load_setup(text) if text else None
+
+
 def lerobot_camera_specs(args: DeployArgs, setup, names: list[str]) -> dict[str, dict[str, Any]]:
     """{camera: {device, width, height, fps}} to configure on the follower for the cameras ``names`` the policy reads."""
     from .drivers.lerobot import parse_cameras
@@ -253,17 +264,21 @@ def lerobot_camera_specs(args: DeployArgs, setup, names: list[str]) -> dict[str,
     return specs
 
 
-def _make_deploy_robot(args: DeployArgs, task: str, metadata: dict[str, Any], setup=None, cameras: list[str] | None = None):
+def _make_deploy_robot(args: DeployArgs, task: str, metadata: dict[str, Any], setup=None, cameras: list[str] | None = None,
+                       scene=None):
+    """``setup``: the station of a LeRobot-profile policy (a blind twin, the arm's cameras); ``scene``: the setup a
+    policy of the simulator state was trained with (the sighted twin's physics and rate)."""
     if args.robot == "twin":
         if setup is not None:  # the blind twin: what the real arm gives, through the setup's pipeline
             return make_robot("twin", task=task, seed=args.seed, latency_steps=args.twin_latency_steps,
                               obs_noise_std=args.twin_obs_noise, setup=setup, frame_scale=args.twin_frame_scale)
         return make_robot("twin", task=task, seed=args.seed, latency_steps=args.twin_latency_steps,
-                          obs_noise_std=args.twin_obs_noise, cameras=args.cameras)
+                          obs_noise_std=args.twin_obs_noise, cameras=args.cameras, setup=scene, blind=False)
     context = {"target": args.target} if args.target is not None else {}
-    # the robot's own configured rate (the station's setup for a profile policy), never the policy's metadata (the
-    # executor refuses or resamples a mismatch)
-    rate = args.control_rate_hz or (setup.control_rate_hz if setup is not None else 25.0)
+    # the robot's own configured rate (the station's setup), never the policy's metadata (the executor refuses or
+    # resamples a mismatch)
+    station = setup if setup is not None else scene
+    rate = args.control_rate_hz or (station.control_rate_hz if station is not None else 25.0)
     options: dict[str, Any] = {}
     if setup is not None:
         options = {"use_degrees": setup.use_degrees, "cameras": lerobot_camera_specs(args, setup, cameras or [])}
@@ -275,7 +290,8 @@ def _connect_robot(args: DeployArgs, task: str, metadata: dict[str, Any], bridge
     """The connected robot; if that fails, bridge and policy source are closed and an OSError (a serial port that is
     missing or busy) becomes a ConnectionError that says what to check."""
     try:
-        robot = _make_deploy_robot(args, task, metadata, setup, getattr(bridge, "cameras", None))
+        scene = scene_setup(args, source) if setup is None else None
+        robot = _make_deploy_robot(args, task, metadata, setup, getattr(bridge, "cameras", None), scene)
         robot.connect()
         return robot
     except BaseException as e:

@@ -44,7 +44,9 @@ class TwinRobot:
 
     def __init__(self, task: str = "so101-reach", seed: int = 0, latency_steps: int = 0, obs_noise_std: float = 0.0,
                  cameras: bool = False, command_log: int = 10_000, setup: str | Setup | None = None,
-                 frame_scale: float = 0.25):
+                 frame_scale: float = 0.25, blind: bool | None = None):
+        """``setup``: the scene (physics, spawn, rate; a blind twin's cameras and randomisation); ``blind``: give only
+        what a real arm gives (default: when a setup is given)."""
         if isinstance(latency_steps, bool) or not isinstance(latency_steps, int) or latency_steps < 0:
             raise ValueError(f"twin latency_steps={latency_steps!r} must be an integer >= 0")
         if not (math.isfinite(obs_noise_std) and obs_noise_std >= 0):
@@ -57,7 +59,9 @@ class TwinRobot:
         self.task, self.seed = task, seed
         self.latency_steps, self.obs_noise_std, self.cameras = latency_steps, obs_noise_std, cameras
         self.setup = None if setup is None else load_setup(setup)
-        self.blind = self.setup is not None
+        self.blind = self.setup is not None if blind is None else bool(blind)
+        if self.blind and self.setup is None:
+            raise ValueError("a blind twin needs a setup (its cameras and their randomisation)")
         self.pipeline = None
         self.frames = True
         """(blind twin) render the cameras into its readings; off, readings hold the joints only (a caller that needs a
@@ -80,7 +84,7 @@ class TwinRobot:
         return 1.0 / self.env.control_dt if self.env is not None else 25.0
 
     def connect(self) -> None:
-        options = {"setup": self.setup} if self.blind else {}
+        options = {"setup": self.setup} if self.setup is not None else {}
         self.env = rlrobot.make(self.task, 1, control_mode="joint_pos", max_episode_steps=10**9, num_threads=1,
                                 seed=self.seed, **options)
         if self.blind:

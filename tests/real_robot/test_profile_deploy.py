@@ -119,6 +119,15 @@ def test_a_lift_policy_of_the_simulator_state_is_refused_on_a_real_arm_but_runs_
     assert summary["twin"] == "sighted" and summary["steps"] == 5
 
 
+def test_a_state_policy_trained_with_a_setup_meets_that_scene_on_the_sighted_twin(tmp_path):
+    from rlrobot.tasks.setup import setup_text
+
+    ckpt = profile_checkpoint(tmp_path, ("state",), obs_mode="state", setup=setup_text(str(load_setup(None).source)))
+    summary = run_deploy(DeployArgs(robot="twin", checkpoint=str(ckpt), episodes=1, max_steps=3,
+                                    executor=ExecutorConfig(realtime=False)))
+    assert summary["twin"] == "sighted" and summary["steps"] == 3  # at the setup's 30 Hz, the policy's rate
+
+
 def test_the_start_pose_check_refuses_an_arm_far_from_the_trained_start(expert_checkpoint, monkeypatch, capsys):
     assert start_pose_problem(HOME_QPOS, 0.25) is None
     far = HOME_QPOS + np.array([0, 0, 0, -0.6, 0, 0])
