@@ -4,11 +4,11 @@ Each row of metrics.jsonl is ``{"env_steps": N, <metric>: value, ...}`` (a row k
 the x coordinate, in the unit the caller names with ``x_label`` (env steps for RL, gradient updates for SFT).
 Panels, each drawn only when one of its series was measured at least once:
 
-- return: ``train/return`` (line) and ``eval/return_mean`` (markers);
+- return: ``train/return`` (line; with a shaped reward also ``train/task_return``) and ``eval/return_mean`` (markers);
 - success: ``train/success`` and ``eval/success_rate``;
 - one panel per group of ``loss/*`` keys (``LOSS_GROUPS``: flow-matching loss, policy loss, value loss, update size,
   exploration: entropy, action std and SAC's temperature, Q values, learning rate); any other ``loss/*`` key gets a
-  panel of its own.
+  panel of its own; a ``loss/*`` series that never moves gets none.
 
 A series keeps one colour in every panel (train is always blue, eval orange and drawn as markers on a dashed line).
 Rows of iterations that a resume went back past (the step decreases) are dropped, so the curve never runs back in time.
@@ -87,16 +87,23 @@ def _series(rows: list[tuple[float, dict[str, Any]]], key: str) -> tuple[list[fl
     return xs, ys
 
 
+def _constant(rows: list[tuple[float, dict[str, Any]]], key: str) -> bool:
+    """A series that never moves over three or more points (e.g. the learner's share without a curriculum): no panel."""
+    values = {float(row[key]) for _, row in rows if key in row and row[key] is not None}
+    return len(values) == 1 and sum(key in row for _, row in rows) >= 3
+
+
 def _panels(rows: list[tuple[float, dict[str, Any]]]) -> list[tuple[str, str, list[tuple[str, str]]]]:
     """[(title, y label, [(metric key, series label), ...])] for the series present in ``rows``."""
     present = {key for _, row in rows for key in row}
     panels = []
-    for title, ylabel, series in (("return", "episode return", [("train/return", "train"), ("eval/return_mean", "eval")]),
+    for title, ylabel, series in (("return", "episode return", [("train/return", "train"), ("train/task_return", "train, task's"),
+                                                                ("eval/return_mean", "eval")]),
                                   ("success", "success rate", [("train/success", "train"), ("eval/success_rate", "eval")])):
         series = [s for s in series if s[0] in present]
         if series:
             panels.append((title, ylabel, series))
-    losses = sorted(k[len("loss/"):] for k in present if k.startswith("loss/"))
+    losses = sorted(k[len("loss/"):] for k in present if k.startswith("loss/") and not _constant(rows, k))
     taken: set[str] = set()
     for title, names in LOSS_GROUPS:
         group = [n for n in names if n in losses]

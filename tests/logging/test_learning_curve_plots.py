@@ -24,7 +24,8 @@ def _ppo_rows():
         step = i * 16_000
         row = {"env_steps": step, "perf/env_steps_per_s": 5000.0, "time/wall": float(i),
                "loss/policy_loss": -0.01 * i, "loss/value_loss": 1.0 / i, "loss/entropy": 2.0 - 0.01 * i,
-               "loss/kl": 0.01, "loss/clip_fraction": 0.1, "loss/lr": 1e-3, "loss/action_std": 1.0 - 0.005 * i}
+               "loss/kl": 0.01 + 1e-4 * i, "loss/clip_fraction": 0.1 + 1e-3 * i, "loss/lr": 1e-3 * 0.99 ** i,
+               "loss/action_std": 1.0 - 0.005 * i, "loss/learner_steps": 16_000.0}  # the last never moves: no panel
         if i >= 3:  # no episode finished in the first two iterations: nothing measured, nothing logged
             row.update({"train/return": 0.1 * i, "train/success": i / 100})
         rows.append(row)
@@ -35,7 +36,7 @@ def _ppo_rows():
 
 def _sft_rows():
     """An SFT-like run: steps are gradient updates; flow-matching loss and lr, evals; no train/return."""
-    rows = [{"env_steps": u, "loss/flow_matching": 1.0 / u, "loss/lr": 3e-4} for u in range(100, 2001, 100)]
+    rows = [{"env_steps": u, "loss/flow_matching": 1.0 / u, "loss/lr": 3e-4 * (1 - u / 4000)} for u in range(100, 2001, 100)]
     rows.insert(10, {"env_steps": 1000, "eval/success_rate": 0.2, "eval/return_mean": 10.0})
     rows.append({"env_steps": 2000, "eval/success_rate": 0.4, "eval/return_mean": 20.0})
     return rows
