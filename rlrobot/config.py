@@ -205,8 +205,9 @@ class TrainConfig:
         check_domains(self)  # bad numbers are refused before any I/O
         for section in self.sections():
             section.prepare(self)
-        if self.setup and not self.setup.lstrip().startswith("{"):  # the run keeps the setup, not a path to it
-            check_task_option(self.task, "setup", self.setup)
+        profile = self.obs_mode == "lerobot" and not is_adapter_task(self.task) and "setup" in task_spec(self.task).options
+        if (self.setup or profile) and not self.setup.lstrip().startswith("{"):  # the run keeps the setup itself, not a
+            check_task_option(self.task, "setup", self.setup)  # path to it (the profile: the shipped default's too)
             from rlrobot.tasks.setup import setup_text
 
             self.setup = setup_text(self.setup)
