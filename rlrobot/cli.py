@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from rlrobot.commands import COMMANDS
+from rlrobot.errors import MissingSystemDependency
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
 USAGE = ("usage: rlrobot <command> [options]       rlrobot <command> --help for its options\n\ncommands:\n"
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     try:
         COMMANDS[name](name, rest)
-    except (ValueError, FileNotFoundError, FileExistsError, ImportError, ConnectionError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError, ConnectionError, MissingSystemDependency) as e:
         # escaped: a message may hold brackets that are not markup ("pip install -e '.[vla]'")
         console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)  # one line per error: greppable in logs
         raise SystemExit(2) from e

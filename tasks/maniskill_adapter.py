@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from rlrobot.envs.vec_env import EpisodeTracker, Obs, check_action
+from rlrobot.errors import MissingSystemDependency
 
 SIM_BACKENDS = ("auto", "cpu", "gpu")
 MANISKILL_OBS_MODES = ("state", "rgb", "state+rgb")
@@ -87,7 +88,15 @@ class ManiSkillVecEnv:
         self._episodes = EpisodeTracker(num_envs)
 
     def _make(self, n: int, kwargs: dict[str, Any]):
-        env = gymnasium.make(self.env_id, num_envs=n, **kwargs)
+        try:
+            env = gymnasium.make(self.env_id, num_envs=n, **kwargs)
+        except RuntimeError as e:
+            if "rendering device" not in str(e):
+                raise
+            raise MissingSystemDependency(
+                f"maniskill:{self.env_id}: SAPIEN found no Vulkan device ({e}); ManiSkill needs one even for state "
+                "observations: on a CPU machine Mesa's lavapipe >= 24.3 (Debian bookworm: mesa-vulkan-drivers from "
+                "bookworm-backports), on a GPU machine the NVIDIA driver's Vulkan ICD") from e
         if self.obs_mode != "state":
             from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
 
