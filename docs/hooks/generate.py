@@ -70,7 +70,8 @@ def cli_train() -> str:
     from rlrobot.algorithms.registry import algorithm_names, algorithm_spec
     from rlrobot.commands.train import parse_train_args
 
-    out = ["Generated at build time from `rlrobot train --algo X --help` for every registered algorithm. The defaults "
+    out = ["Generated at build time from `rlrobot train --algo X --help-all` for every registered algorithm (`--help` "
+           "shows the common flags, grouped, and names the rest). The defaults "
            "shown are those of the algorithm's preset for the default task (`so101-reach`); `--task T` picks the preset "
            "of T (see [presets](../concepts/presets.md)).", ""]
     for name in algorithm_names():

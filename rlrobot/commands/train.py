@@ -1,6 +1,6 @@
 """``rlrobot train``: the run config from a preset (``--task`` / ``--algo``) and the flags, ``--resume``, and the
 summary printed at the end (tyro turns the config dataclasses into flags; ``rlrobot train --algo X --help`` shows
-the options of algorithm X)."""
+the common options of algorithm X, ``--help-all`` every one)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rich.console import Console
 
 from rlrobot.algorithms.registry import algorithm_spec
 from rlrobot.checkpoints import load_config, newest_intact_checkpoint
+from rlrobot.commands.train_help import short_help
 from rlrobot.config import config_class, config_from_checkpoint
 from rlrobot.configs import preset
 from rlrobot.rewards.registry import NONE as NO_SHAPING
@@ -45,6 +46,11 @@ def parse_train_args(argv: list[str]):
 
 def train(argv: list[str]) -> dict:
     argv = _normalise_numbers(argv)
+    if "--help-all" in argv:  # tyro's full help: every flag, its type and default
+        parse_train_args(["--help" if a == "--help-all" else a for a in argv])
+    if "--help" in argv or "-h" in argv:
+        print(short_help(_preset_from_argv(argv)))
+        raise SystemExit(0)
     if _given(argv, "resume"):
         argv = _with_run_identity(argv)
     cfg = parse_train_args(argv)
