@@ -1,7 +1,7 @@
 """Learning algorithms, one module each; every module registers an ``AlgorithmSpec`` (``registry.py``) on import.
 Adding an algorithm: a new module here, its import below, a preset in ``configs/`` and tests."""
 
-from . import awac, bc, cal_ql, edp, fdvl, flow_nft, flow_ppo, flow_srpo, fql, iql, ppo, rql, sac, sft  # noqa: F401  (register the built-in algorithms)
+from . import awac, bc, cal_ql, edp, fdvl, flow_nft, flow_ppo, flow_srpo, fql, iql, ppo, recoil, rql, sac, sft  # noqa: F401  (register the built-in algorithms)
 from .flow_ppo import FlowPPO, FlowPPOConfig, InitCheckpoint
 from .ppo import PPO, PPOConfig
 from .registry import AlgorithmConfig, AlgorithmSpec, algorithm_names, algorithm_spec, register_algorithm

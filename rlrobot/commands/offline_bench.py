@@ -155,6 +155,9 @@ def run_config(args: OfflineBenchArgs, task: str, algo: str, seed: int, dataset:
     if iterations < args.evaluations:  # enough iterations for the curve's points
         section.updates_per_iteration = max(1, args.gradient_steps // args.evaluations)
         iterations = math.ceil(args.gradient_steps / section.updates_per_iteration)
+    expert_recipe = getattr(section, "expert_recipe", None)
+    if expert_recipe:  # offline imitation: the task's expert demonstrations beside the recipe's data (written when missing)
+        section.expert_dataset = str(ensure_dataset(args, task, expert_recipe))
     setattr(cfg, cfg.spec.config_field, section)
     cfg.dataset, cfg.seed, cfg.out, cfg.device = str(dataset), seed, str(out), args.device
     cfg.labelled_fraction = args.labelled_fraction
@@ -313,7 +316,7 @@ def write_table(results: Path, table_path: Path, curves_path: Path) -> str:
 
 def _algo_order(name: str) -> tuple[bool, int]:
     """Behaviour cloning (no rewards) first, then the registry's order."""
-    names = list(ALGORITHMS)
+    names = list(ALGORITHMS.names())
     return (algorithm_spec(name).needs_rewards, names.index(name) if name in names else len(names))
 
 

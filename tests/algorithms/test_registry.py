@@ -99,8 +99,9 @@ def _smoke_config(algo: str, tmp_path, demos) -> TrainConfig:
                                            max_rewind_steps=1)
     elif algo_spec_kind(algo) == "offline":  # every offline algorithm (rlrobot.algorithms.offline): a few updates
         cfg.dataset, cfg.num_envs = str(demos), 1
+        imitation = {"expert_dataset": str(demos)} if hasattr(cfg.algorithm, "expert_dataset") else {}  # its demos too
         setattr(cfg, cfg.spec.config_field, dataclasses.replace(cfg.algorithm, gradient_steps=4, updates_per_iteration=2,
-                                                                batch_size=16, hidden=(16,)))
+                                                                batch_size=16, hidden=(16,), **imitation))
     elif algo.startswith("vla-"):  # a LeRobot VLA: trained through the CLI in tests/policies/vla (in .venv-vla)
         pytest.importorskip("lerobot", reason="lerobot is not installed (the vla extra, Python >= 3.12)")
         pytest.skip("vla-* algorithms are smoke-tested with tiny LeRobot checkpoints in tests/policies/vla")
