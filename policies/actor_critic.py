@@ -71,6 +71,9 @@ class ActorCriticConfig(Section):
         """Every observation key the networks read (what rollout storage and replay must keep)."""
         return [self.obs_key] + ([self.instruction_key] if self.instruction_key else [])
 
+    def observation_keys(self, run) -> tuple[str, ...]:
+        return tuple(self.read_keys)
+
     def validate(self, run) -> None:
         if run.obs_mode == "rgb" and self.obs_key == "state":
             raise ValueError("obs_mode='rgb' gives no 'state' observation, and the MLP policy reads "

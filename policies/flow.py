@@ -110,6 +110,9 @@ class FlowPolicyConfig(Section):
     mean_flow_ratio: UnitInterval = 0.25
     """(mean_flow) fraction of training samples with an interval r < t (the rest train r = t, plain flow matching)"""
 
+    def observation_keys(self, run) -> tuple[str, ...]:
+        return tuple(self.obs_keys)
+
     def validate(self, run=None) -> None:
         """The values alone, and with ``run`` against the rest of the run (observation keys, the episode length)."""
         self._validate_values()

@@ -28,6 +28,7 @@ from rlrobot.envs.registry import (
 )
 from rlrobot.rewards import RewardConfig
 from rlrobot.sections import Section
+from rlrobot.tasks.profile import IMAGE_PREFIX, PROFILE_OBS_MODE
 
 
 @dataclass
@@ -212,6 +213,16 @@ class TrainConfig:
 
             self.setup = setup_text(self.setup)
         self.validate()
+
+    def unread_cameras_note(self) -> str | None:
+        """A line for the run's header when the env renders cameras that the policy never reads (rendering costs most
+        of a step); None otherwise."""
+        renders = "rgb" in self.obs_mode or self.obs_mode == PROFILE_OBS_MODE
+        keys = self.policy_config.observation_keys(self) if renders else None
+        if keys is None or any(k.startswith(IMAGE_PREFIX) for k in keys):
+            return None
+        return (f"obs_mode={self.obs_mode!r} renders camera images that the {self.spec.policy_kind} policy does not read "
+                f"(it reads {list(keys)}): --obs-mode state steps several times faster")
 
     def run_dir(self) -> str:
         return self.out or f"runs/{self.task.replace(':', '_')}-{self.algo}-s{self.seed}"

@@ -21,6 +21,10 @@ class Section:
         adopt settings from there. The only step that does I/O."""
         return None
 
+    def observation_keys(self, run: Any) -> tuple[str, ...] | None:
+        """A policy kind's section: the observation keys its networks read (None: not a policy, or not known yet)."""
+        return None
+
     def env_wrappers(self, run: Any) -> list[Callable[[Any], Any]]:
         """Wrappers (env -> wrapped env) this section adds to the training env (never to the evaluation env)."""
         return []

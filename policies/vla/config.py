@@ -55,6 +55,9 @@ class VLAConfig(Section):
     bf16: bool = True
     """bf16 autocast on CUDA (ignored on CPU)"""
 
+    def observation_keys(self, run) -> tuple[str, ...] | None:
+        return tuple(self.obs_keys) or None  # chosen from the checkpoint's features when the run is prepared
+
     def validate(self, run=None) -> None:
         """The values alone, and with ``run`` against the rest of the run. An empty ``path`` is the algorithm's to
         refuse (a fine-tuning run adopts its ``--init`` run's in ``prepare``)."""

@@ -24,6 +24,9 @@ class VLAFastConfig(Section):
     detach_value: bool = True
     """the critic's gradient does not reach the VLM"""
 
+    def observation_keys(self, run) -> tuple[str, ...]:
+        return ("state",)
+
     def validate(self, run=None) -> None:
         if not self.path:
             raise ValueError("vla_fast.path is empty: pass --vla-fast.path DIR, a pi0-FAST directory on local disk")

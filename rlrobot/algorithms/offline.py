@@ -263,6 +263,9 @@ class OfflinePolicyConfig(Section):
     execute_steps: NonNegativeInt = 0
     """chunked offline actors: actions of each planned chunk executed before re-planning (0 = the whole chunk)"""
 
+    def observation_keys(self, run) -> tuple[str, ...]:
+        return ("state",)  # the offline runner loads the dataset's state only
+
     def validate(self, run) -> None:
         if self.execute_steps < 0:
             raise ValueError(f"offline_policy.execute_steps must be >= 0 (0 = the whole chunk), got {self.execute_steps}")
