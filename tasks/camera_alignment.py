@@ -499,9 +499,12 @@ def sobel(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             torch.nn.functional.conv2d(padded, kx.transpose(2, 3))[0, 0].numpy())
 
 
-LEVELS = ((4, 12.0, 4.0, 800),)
+LEVELS = ((4, 12.0, 4.0, 600),)
 """the global search's levels: (resolution factor, distance truncation in pixels at that level, CMA-ES step size in
-cm / deg / percent, evaluations)"""
+cm / deg / percent, evaluations of each start)"""
+STARTS = 2
+"""independent CMA-ES runs from the setup's camera at the first level (the best is kept): one in four runs ends in a
+local minimum of cluttered photos, two rarely both do"""
 PAIRING_LIMITS = (48.0, 24.0, 12.0, 6.0, 3.0)
 """the edge matcher's pairing distances (pixels), six Levenberg-Marquardt steps each"""
 
@@ -541,7 +544,8 @@ def align_camera(model: mujoco.MjModel, photos: list[Photo], start: CameraPose, 
                     return scorer.truncation
                 return scorer.cost(space.pose(delta))
 
-            x, value = cma_es(cost, x, step, evals, rng)
+            starts = STARTS if factor == levels[0][0] else 1
+            x, value = min((cma_es(cost, x, step, evals, rng) for _ in range(starts)), key=lambda found: found[1])
             history.append((factor, value))
         searched = space.pose(x)
         refined = matcher.refine(searched, PAIRING_LIMITS)
