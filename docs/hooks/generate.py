@@ -29,7 +29,7 @@ from pathlib import Path
 
 from mkdocs.structure.files import File
 
-DIRECTIVE = re.compile(r"^<!-- docs: (?P<kind>[a-z-]+)(?P<args>(?: [^ ]+)*) -->$", re.M)
+DIRECTIVE = re.compile(r"^<!-- docs: (?P<kind>[a-z-]+)(?P<args>(?: [^ \n]+)*) -->$", re.M)
 ROOT = Path(__file__).resolve().parents[2]
 VLA_PAGE = {"vla-sft": "vla", "vla-flow-noise": "vla", "vla-flow-sde": "vla"}
 
