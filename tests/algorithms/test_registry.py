@@ -147,7 +147,7 @@ def test_every_registered_algorithm_validates_trains_and_round_trips(algo, tmp_p
     ("sft", ["--sft.num-updates", "--dataset", "--flow.chunk-size"], ["--sac.", "--flow-ppo.", "--init "]),
 ])
 def test_train_help_shows_only_the_algorithms_options(algo, shown, hidden):
-    out = subprocess.run([sys.executable, "-m", "rlrobot", "train", "--algo", algo, "--help"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "rlrobot", "train", "--algo", algo, "--help-all"], capture_output=True,
                          text=True, check=True, env={"COLUMNS": "200", "PATH": ""}).stdout
     for flag in shown:
         assert flag in out, flag
