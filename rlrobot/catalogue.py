@@ -14,6 +14,7 @@ CATALOGUE_PATH = Path(__file__).with_name("catalogue.json")
 
 def build_catalogue() -> dict[str, Any]:
     """Every native task (its default spaces, episode length, an instruction, its modes) and every algorithm."""
+    # the registries load torch and every task: only when the catalogue is rebuilt, never when it is read
     from rlrobot.algorithms.registry import describe_algorithms
     from rlrobot.envs.registry import describe_task, native_task_ids, task_spec
 

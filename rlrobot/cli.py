@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE)
         return
     if argv[0] in ("-V", "--version"):
-        import rlrobot
+        import rlrobot  # here, not at the top: --help answers without loading the package
 
         print(f"rlrobot {rlrobot.__version__}")
         return

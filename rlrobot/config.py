@@ -26,9 +26,11 @@ from rlrobot.envs.registry import (
     validate_task_id,
     validate_task_modes,
 )
+from rlrobot.policies.registry import policy_spec
 from rlrobot.rewards import RewardConfig
 from rlrobot.sections import Section
 from rlrobot.tasks.profile import IMAGE_PREFIX, PROFILE_OBS_MODE
+from rlrobot.tasks.setup import setup_text
 
 
 @dataclass
@@ -114,8 +116,6 @@ class TrainConfig:
     @property
     def policy_config(self) -> Any:
         """The section of the policy kind this algorithm trains (``cfg.policy`` or ``cfg.flow``)."""
-        from rlrobot.policies.registry import policy_spec
-
         return getattr(self, policy_spec(self.spec.policy_kind).config_field)
 
     def steps_per_iteration(self) -> int:
@@ -209,8 +209,6 @@ class TrainConfig:
         profile = self.obs_mode == "lerobot" and not is_adapter_task(self.task) and "setup" in task_spec(self.task).options
         if (self.setup or profile) and not self.setup.lstrip().startswith("{"):  # the run keeps the setup itself, not a
             check_task_option(self.task, "setup", self.setup)  # path to it (the profile: the shipped default's too)
-            from rlrobot.tasks.setup import setup_text
-
             self.setup = setup_text(self.setup)
         self.validate()
 
@@ -251,8 +249,6 @@ def _check_device(device: str) -> None:
 @functools.cache
 def config_class(algo: str) -> type[TrainConfig]:
     """The run config of one algorithm: the common fields, its section, its policy kind's section, its inputs."""
-    from rlrobot.policies.registry import policy_spec
-
     spec = algorithm_spec(algo)
     policy = policy_spec(spec.policy_kind)
     fields = [("algo", str, field(default=spec.name)),

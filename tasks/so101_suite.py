@@ -644,7 +644,7 @@ for _cls in SUITE_TASKS.values():
 
 def write_embedding_table(path: Path = EMBEDDINGS_TABLE) -> None:
     """Regenerate the shipped instruction-embedding table (needs the ``language`` extra)."""
-    from rlrobot.envs.language import build_embedding_table
+    from rlrobot.envs.language import build_embedding_table  # the sentence model (language extra): regeneration only
 
     build_embedding_table(all_instructions(), path)
 

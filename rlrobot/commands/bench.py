@@ -90,7 +90,7 @@ def run_bench(args: BenchArgs) -> dict:
     if args.images:
         result["images"] = images_bench(args)
     if args.profile:
-        from rlrobot.bench.profile_bench import profile_bench
+        from rlrobot.bench.profile_bench import profile_bench  # renders cameras (EGL): only with --profile
 
         result["profile"] = profile_bench(args)
     if args.sac:

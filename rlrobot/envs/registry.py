@@ -103,12 +103,12 @@ def validate_task_id(task_id: str) -> None:
             if name not in gymnasium.registry:
                 raise ValueError(f"task={task_id!r}: gymnasium has no env id {name!r}")
         elif prefix == "maniskill":
-            from rlrobot.tasks.maniskill_adapter import registered_ids
+            from rlrobot.tasks.maniskill_adapter import registered_ids  # an optional simulator: loaded for its prefix only
 
             if name not in registered_ids():  # ImportError with the install line when ManiSkill is missing
                 raise ValueError(f"task={task_id!r}: ManiSkill has no env id {name!r}")
         elif prefix == "isaaclab":
-            from rlrobot.tasks.isaaclab_adapter import require_isaaclab
+            from rlrobot.tasks.isaaclab_adapter import require_isaaclab  # an optional simulator: loaded for its prefix only
 
             require_isaaclab()  # ImportError naming what to install
             import gymnasium
@@ -137,7 +137,7 @@ def resolve_backend(task_id: str, backend: str | None) -> str:
     if backend not in allowed:
         raise ValueError(f"task={task_id!r} runs on backend {' or '.join(map(repr, allowed))}, not {backend!r}")
     if backend == "mjwarp":
-        from rlrobot.tasks.mjwarp_backend import require_mujoco_warp
+        from rlrobot.tasks.mjwarp_backend import require_mujoco_warp  # optional (warp extra): loaded when asked for
 
         require_mujoco_warp()
     return backend
@@ -170,22 +170,22 @@ def _make(task_id: str, num_envs: int, backend: str | None, device, seed: int | 
     name = task_id.partition(":")[2]
     device = torch.device(device or "cpu")
     if backend == "gymnasium":
-        from rlrobot.tasks.gymnasium_adapter import GymnasiumVecEnv
+        from rlrobot.tasks.gymnasium_adapter import GymnasiumVecEnv  # adapters load for their prefix only
 
         return GymnasiumVecEnv(name, num_envs, device=device, seed=seed, **task_options)
     if backend == "maniskill":
-        from rlrobot.tasks.maniskill_adapter import ManiSkillVecEnv
+        from rlrobot.tasks.maniskill_adapter import ManiSkillVecEnv  # adapters load for their prefix only
 
         return ManiSkillVecEnv(name, num_envs, device=device, seed=seed, **task_options)
     if backend == "isaaclab":
-        from rlrobot.tasks.isaaclab_adapter import IsaacLabVecEnv
+        from rlrobot.tasks.isaaclab_adapter import IsaacLabVecEnv  # adapters load for their prefix only
 
         return IsaacLabVecEnv(name, num_envs, device=device, seed=seed, **task_options)
     spec = _TASKS[task_id]
     task_cls = spec.entry_point
     task_options = {**dict(spec.default_options), **task_options}
     if backend == "mjwarp":
-        from rlrobot.tasks.mjwarp_backend import mjwarp_task_class
+        from rlrobot.tasks.mjwarp_backend import mjwarp_task_class  # optional (warp extra): loaded when asked for
 
         task_cls = mjwarp_task_class(task_cls)
     return task_cls(num_envs, device=device, seed=seed, **task_options)
