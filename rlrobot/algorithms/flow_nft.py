@@ -135,6 +135,9 @@ class FlowNFTConfig(AlgorithmConfig):
     """gradient-norm clip, policy and value head separately"""
     critic_warmup_iterations: NonNegativeInt = 0
     """iterations that train only the value head (an SFT checkpoint has none)"""
+    fused_adam: bool = False
+    """Adam as one fused kernel over all parameters (CPU / CUDA): the optimizer step ~2.5x faster, the same update up to
+    float rounding (not bit-identical to the default, hence opt-in)"""
 
     def validate(self, run) -> None:
         if self.optimality not in OPTIMALITY:
@@ -271,8 +274,9 @@ class FlowNFT:
         noise_ids = {id(p) for p in policy.parameters()} - {id(p) for p in policy.flow_matching_parameters()} - ids
         self.policy_params = [p for p in policy.parameters() if id(p) not in ids and id(p) not in noise_ids]
         self.value_params = value_params
+        fused = {"fused": True} if cfg.fused_adam and device.type in ("cpu", "cuda") else {}
         self.optimizer = torch.optim.Adam([{"params": self.policy_params, "lr": cfg.lr},
-                                           {"params": value_params, "lr": cfg.value_lr}])
+                                           {"params": value_params, "lr": cfg.value_lr}], **fused)
         self.iterations = 0
         self.set_execute_steps(policy.execute_steps)
         self.storage = RolloutStorage(cfg.rollout_chunks, num_envs, obs_specs,
@@ -321,8 +325,9 @@ class FlowNFT:
         return min(self.cfg.ref_ema_ramp * self.iterations, self.cfg.ref_ema_max)
 
     def loss(self, obs: dict[str, torch.Tensor], chunks: torch.Tensor, r: torch.Tensor,
-             generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-        """NFT loss on ``times_per_sample`` fresh (t, eps) draws per chunk, plus the anchor term."""
+             generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """NFT loss on ``times_per_sample`` fresh (t, eps) draws per chunk, plus the anchor term; statistics as 0-dim
+        tensors (read once per update, not once per minibatch)."""
         cfg, policy = self.cfg, self.policy
         n = cfg.times_per_sample
         emb = policy.encode(obs).repeat(n, 1)
@@ -353,14 +358,15 @@ class FlowNFT:
         per_sample = nft_loss(v_theta, v_old, eps - a, r, cfg.beta, t, cfg.weighting, mask, cfg.max_drift)
         # a pair counts as one sample
         loss = cfg.adv_clip * (per_sample.sum() / (n * len(chunks)) if cfg.paired_baseline else per_sample.mean())
-        stats = {"nft_loss": loss.item(), "drift": ((v_theta - v_old).abs() * mask).sum().item() / mask.sum().item()}
+        with torch.no_grad():
+            stats = {"nft_loss": loss.detach(), "drift": ((v_theta - v_old).abs() * mask).sum().double() / mask.sum().double()}
         if self.anchor is not None:
             with torch.no_grad():
                 anchor_emb = self.anchor.encode(obs).repeat(len(x_t) // len(chunks), 1)
                 v_init = self.anchor.training_velocity(x_t, t, anchor_emb, r_start)
             drift = ((v_theta - v_init).square() * mask).sum(-1).mean() / mask[0].sum()
             loss = loss + cfg.anchor_coef * drift
-            stats["anchor_drift"] = drift.item()
+            stats["anchor_drift"] = drift.detach()
         return loss, stats
 
     def update(self, generator: torch.Generator | None = None) -> dict[str, float]:
@@ -369,16 +375,15 @@ class FlowNFT:
         if critic:  # group advantages were normalised within their groups by the runner
             storage.advantages = normalized_advantages(storage.advantages, self.sync)
         warmup = critic and self.iterations < cfg.critic_warmup_iterations
-        totals: dict[str, float] = {}
-        n = 0
+        logged: list[dict[str, torch.Tensor]] = []  # per minibatch; read once at the end (no host round trip each)
         for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
             r = optimality(mb["advantages"], cfg.adv_clip)
-            stats = {"r_mean": r.mean().item(), "r_decisive": ((r - 0.5).abs() > 0.25).float().mean().item()}
+            stats = {"r_mean": r.mean(), "r_decisive": ((r - 0.5).abs() > 0.25).float().mean()}
             loss = torch.zeros((), device=self.device)
             if critic:
                 value_loss = clipped_value_loss(policy.value(mb["obs"]), mb["values"], mb["returns"], cfg.value_clip)
                 loss = loss + value_loss
-                stats["value_loss"] = value_loss.item()
+                stats["value_loss"] = value_loss.detach()
             if not warmup:
                 nft, nft_stats = self.loss(mb["obs"], mb["chunks"], r, generator)
                 loss = loss + nft
@@ -390,12 +395,13 @@ class FlowNFT:
             for params in (self.policy_params, self.value_params):
                 nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             self.optimizer.step()
-            for k, v in stats.items():
-                totals[k] = totals.get(k, 0.0) + v
-            n += 1
+            logged.append(stats)
         self.iterations += 1
         self.refresh_reference()
-        out = {k: v / n for k, v in totals.items()}
+        names = list(logged[0])
+        columns = torch.stack([torch.stack([row[k] for k in names]) for row in logged]).T.tolist()
+        # the same float sums as adding each minibatch's .item() in turn
+        out = {k: sum(column, 0.0) / len(logged) for k, column in zip(names, columns, strict=True)}
         out.update(critic_warmup=float(warmup), ref_ema=self.ref_ema(), lr=cfg.lr)
         return out
 

@@ -423,3 +423,25 @@ def test_evaluation_reports_physical_steps_to_first_success():
     hits = first[info["episode"]["success"]]
     assert 1 < hits.min() and hits.max() < 50  # the expert reaches before the time-out, not at the first step
     assert result["steps_to_success_mean"] == pytest.approx(float(hits.float().mean()))
+
+
+def test_fused_adam_is_the_same_nft_update_up_to_rounding():
+    from rlrobot.bench.flow_rl_bench import fill
+
+    def updated(**nft):
+        policy = small_policy(0)
+        algo = FlowNFT(policy, FlowNFTConfig(rollout_chunks=4, num_minibatches=2, num_epochs=2, **nft), torch.device("cpu"),
+                       8, {"state": ((6,), torch.float32)})
+        g = torch.Generator().manual_seed(1)
+        obs = torch.randn(4, 8, 6, generator=g)
+        for _ in range(3):
+            fill(algo, obs, g)
+            stats = algo.update(g)
+        return policy.state_dict(), stats
+
+    plain, plain_stats = updated()
+    fused, fused_stats = updated(fused_adam=True)
+    assert any(not torch.equal(plain[k], fused[k]) for k in plain)
+    assert all(torch.allclose(plain[k], fused[k], atol=1e-5) for k in plain)
+    for key in ("nft_loss", "value_loss", "drift", "r_mean"):
+        assert fused_stats[key] == pytest.approx(plain_stats[key], rel=1e-3, abs=1e-6), key

@@ -152,3 +152,50 @@ def test_kl_early_stop_ends_the_update_once_the_policy_moved_too_far(tmp_path, m
     assert len(taken) == steps and stats["kl_early_stop"] == float(max_kl > 0)
     assert stats["approx_kl_max"] > 0
     runner.env.close()
+
+
+def _updated_flow_policy(variant: str = "noise", **flow_ppo):
+    """Three updates of a small flow policy on a fixed synthetic rollout: (weights, the last update's statistics)."""
+    from rlrobot.algorithms.flow_ppo import FlowPPO, FlowPPOConfig
+    from rlrobot.bench.flow_rl_bench import fill
+    from rlrobot.policies.flow import MLPFlowPolicy
+
+    torch.manual_seed(0)
+    policy = MLPFlowPolicy({"state": (6,)}, 2, dataclasses.replace(SMALL_FLOW))
+    algo = FlowPPO(policy, FlowPPOConfig(rollout_chunks=4, num_minibatches=2, num_epochs=2, **flow_ppo), variant,
+                   torch.device("cpu"), 8, {"state": ((6,), torch.float32)})
+    g = torch.Generator().manual_seed(1)
+    obs = torch.randn(4, 8, 6, generator=g)
+    for _ in range(3):
+        fill(algo, obs, g)
+        stats = algo.update(g)
+    return policy.state_dict(), stats
+
+
+@pytest.mark.parametrize("variant", ["noise", "sde"])
+def test_fused_adam_is_the_same_flow_update_up_to_rounding(variant):
+    plain, plain_stats = _updated_flow_policy(variant)
+    again, again_stats = _updated_flow_policy(variant)
+    fused, fused_stats = _updated_flow_policy(variant, fused_adam=True)
+    assert all(torch.equal(plain[k], again[k]) for k in plain) and plain_stats == again_stats
+    assert any(not torch.equal(plain[k], fused[k]) for k in plain)  # a different kernel: not the same bits
+    assert all(torch.allclose(plain[k], fused[k], atol=1e-5) for k in plain)
+    for key in ("policy_loss", "value_loss", "approx_kl", "clip_fraction", "lr"):
+        assert fused_stats[key] == pytest.approx(plain_stats[key], rel=1e-3, abs=1e-6), key
+
+
+@pytest.mark.slow
+def test_compiled_flow_update_is_the_same_update_up_to_rounding():
+    """--flow-ppo.compile runs the minibatch loss (chain log-probs, value, surrogate) through torch.compile: the same
+    parameters and statistics as the eager update, up to float rounding (the compile takes 20-60 s on the CPU). With a
+    fixed lr: the adaptive schedule multiplies the lr by 1.5 per minibatch here, which amplifies rounding to 1e-3."""
+    plain, plain_stats = _updated_flow_policy(lr_schedule="fixed")
+    compiled, compiled_stats = _updated_flow_policy(compile=True, lr_schedule="fixed")
+    torch.manual_seed(0)
+    from rlrobot.policies.flow import MLPFlowPolicy
+
+    start = MLPFlowPolicy({"state": (6,)}, 2, dataclasses.replace(SMALL_FLOW)).state_dict()
+    assert max((plain[k] - start[k]).abs().max().item() for k in plain) > 1e-4  # the updates moved them
+    assert all(torch.allclose(plain[k], compiled[k], atol=1e-5) for k in plain)
+    for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"):
+        assert compiled_stats[key] == pytest.approx(plain_stats[key], rel=1e-3, abs=1e-6), key
