@@ -236,3 +236,13 @@ def test_a_total_steps_that_is_not_whole_iterations_says_what_it_runs(tmp_path, 
     assert f"--total-steps {PER_ITERATION + 36} runs {PER_ITERATION} env steps: whole iterations of {PER_ITERATION}" in out
     main(["train", "--out", str(tmp_path / "whole"), "--total-steps", str(PER_ITERATION), *RUN])
     assert "whole iterations" not in capsys.readouterr().out
+
+
+def test_a_cli_run_prepares_its_config_once(tmp_path, monkeypatch):
+    from rlrobot.config import TrainConfig
+
+    calls = []
+    prepare = TrainConfig.prepare
+    monkeypatch.setattr(TrainConfig, "prepare", lambda self: (calls.append(1), prepare(self))[1])
+    train(tmp_path / "r", 1)
+    assert len(calls) == 1  # --init / --dataset are read once

@@ -59,9 +59,7 @@ def train(argv: list[str]) -> dict:
                          f"its budget is {cfg.spec.budget_flag()}")
     if cfg.resume:
         cfg = _resume_config(cfg, argv)
-    cfg.prepare()
-
-    summary = make_runner(cfg).learn()
+    summary = make_runner(cfg).learn()  # the runner prepares the config (reads --init / --dataset) once, first
     if summary.get("interrupted"):
         console.print(f"[yellow]interrupted[/] at iteration {summary['iteration']:,} ({summary['log_step']:,} "
                       f"{summary['x_label']}); checkpoint {summary['checkpoint']}", soft_wrap=True)
