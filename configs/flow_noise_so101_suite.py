@@ -1,13 +1,6 @@
-"""Flow-Noise PPO over the whole so101-suite (every env draws a family and an instruction per episode) from a
-multi-task SFT checkpoint (pass --init PATH); the policy is the SFT preset's (instruction tokens, named entity
-attention).
-
-The best measured setting (README, suite section), from the 0.320 SFT policy: 256 envs (12,800 env steps per
-iteration: the suite's 108 instructions made 64-env batches too noisy), success-only reward (the suite's dense reward
-collapsed so101-push-to alone), lr 3e-5 fixed and denoising-step noise std 0.02-0.05 (at flow-policy PPO's defaults,
-lr 1e-4 adaptive and std 0.08-0.16, the policy fell to 0.047). It ends at 0.359, within the evaluation's noise of its
-start; from a weaker SFT (0.219 on 256 fresh episodes) it ended at 0.234 after 1.15M env steps, its evaluations swinging
-0.25-0.40. Flow-SRPO (configs/flow_srpo_so101_suite.py, no critic) took the same SFT to 0.336 / 0.262 / 0.309 (3 seeds)."""
+"""Flow-Noise PPO over the whole so101-suite from a multi-task SFT checkpoint (pass --init PATH): 256 envs, success-only
+reward, lr 3e-5 fixed and denoising noise std 0.02-0.05 (flow-policy PPO's defaults collapsed the policy). Measured:
+docs/experiments/2026-12-05-language-suite.md."""
 
 import dataclasses
 

@@ -1,13 +1,6 @@
-"""Reversal Q-learning on so101-push from an offline dataset (pass --dataset DIR, e.g. `rlrobot collect --task
-so101-push --recipe noisy`).
-
-The reference's manipulation settings (OGBench cube / scene / puzzle): chunks of h = 5 actions, ensemble pessimism
-rho 0.5, expectile 0.7, alpha 3 (scene's), F = 10 flow steps. EMA actor decay 0.99, not the paper's 0.999: that
-averages over ~1,000 steps, so at CPU budgets of a few thousand steps the acting actor would still carry much of its
-random initialisation (0.999^1000 = 0.37; a 1,000-step pilot on so101-push noisy succeeded in 3 % of episodes).
-CPU preset: 2 x 256 MLPs and 4 value members instead of 4 x 512 and 10 (an update costs ~2.5x less), one torch
-thread for the updates. ``PAPER`` below (or `--rql.hidden 512 512 512 512 --rql.num-values 10 --rql.ema 0.999
---update-threads 0`) is the paper's size, for a GPU."""
+"""Reversal Q-learning on so101-push from an offline dataset (pass --dataset DIR): the reference's manipulation
+settings (h 5, rho 0.5, expectile 0.7, alpha 3, 10 flow steps) at CPU size (2 x 256 MLPs, 4 value members, EMA 0.99,
+one update thread); ``PAPER`` below is the paper's size for a GPU. Why each change: docs/algorithms/rql.md."""
 
 import dataclasses
 

@@ -1,14 +1,6 @@
-"""Multi-task SFT of the flow-matching chunk policy on so101-suite demonstrations (pass --dataset DIR).
-
-The policy reads the instruction as token ids (per-position embeddings: a sentence embedding hardly separates "push
-the blue cube to the red zone" from "push the red cube to the blue zone", cosine 0.993) and the state through
-entity attention: the instruction's queries pick the named objects, container and zone by their names' words
-(SO101Suite.entity_name_tokens; keys by learned identity stayed blurred over the cubes), so a few demos fit what the
-words name instead of the distractors' positions, and the picked entities' positions relative to the gripper and
-to each other (flow.entity_anchor) give the vectors a single-task state carries precomputed. The state
-normaliser's std floor 0.02 keeps the objects' tilt noise (std ~1e-3 in the demos) from being scaled up to unit
-variance. A smaller network than the single-task presets (256-wide velocity MLP): the suite runs were made on 2
-shared CPU cores."""
+"""Multi-task SFT of the flow-matching chunk policy on so101-suite demonstrations (pass --dataset DIR): instruction
+token ids and the state through named entity attention (the words pick the objects, container and zone), a state
+normaliser std floor of 0.02, a 256-wide velocity MLP for 2 CPU cores. Measured: docs/experiments/2026-12-05-language-suite.md."""
 
 from rlrobot.algorithms.sft import SFTConfig
 from rlrobot.config import train_config
