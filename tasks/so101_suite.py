@@ -24,7 +24,6 @@ privileged task spec (not the words) and succeed >= 0.95 per family.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -640,11 +639,3 @@ for _cls in SUITE_TASKS.values():
     register_task(TaskSpec(_cls.task_name, _cls, SO101_OBS_MODES, REWARD_MODES, CONTROL_MODES,
                            _cls.default_max_episode_steps, options=("servo_limits", "instruction", "setup"),
                            check_option=_check_option))
-
-
-def write_embedding_table(path: Path = EMBEDDINGS_TABLE) -> None:
-    """Regenerate the shipped instruction-embedding table (needs the ``language`` extra)."""
-    from rlrobot.envs.language import build_embedding_table  # the sentence model (language extra): regeneration only
-
-    build_embedding_table(all_instructions(), path)
-
