@@ -127,8 +127,7 @@ def _bomb_loop(url: str, token: str, stop: threading.Event, sent: list[int]) -> 
                                                                   "seq", seq, "obs")) + b"\xdd" + n.to_bytes(4, "big")
                     + b"\x80" * n)
             ws.send(protocol.tag(keys[protocol.C2S], body) + body)
-            ws.recv(timeout=30)  # the server's error frame; the refused frame does not advance its seq
-            seq -= 1
+            ws.recv(timeout=30)  # the server's error frame; a refused authenticated frame still counts in its sequence
             sent[0] += 1
 
 
