@@ -1,8 +1,11 @@
 import json
 
+import pytest
+
 from rlrobot.commands.bench import BenchArgs, run_bench
 
 
+@pytest.mark.slow
 def test_bench_reports_all_columns(tmp_path):
     result = run_bench(BenchArgs(num_envs=(8,), seconds=0.2, ppo_iterations=1, sac_seconds=0.5, images_num_envs=2,
                                  json_out=str(tmp_path / "b.json")))
@@ -49,6 +52,7 @@ def test_maniskill_bench(tmp_path):
     assert json.loads((tmp_path / "m.json").read_text())["task"] == "maniskill:PushCube-v1"
 
 
+@pytest.mark.slow
 def test_mjwarp_bench(tmp_path):
     import pytest
 

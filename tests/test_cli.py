@@ -22,6 +22,7 @@ def rlrobot(*args, check=True):
     return p
 
 
+@pytest.mark.slow
 def test_train_resume_eval_round_trip(tmp_path):
     out = tmp_path / "run"
     p = rlrobot("train", "--task", "so101-reach", "--total-steps", "128", "--out", str(out), *SMALL)
@@ -66,6 +67,7 @@ def test_train_resume_eval_round_trip(tmp_path):
     (["--instruction", "put the red cube in the bin"], "instruction applies to the tasks so101-long-horizon"),
     (["--task", "so101-pick-place", "--instruction", "put the red cube in the box"], "is not one of the 12 instructions"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_rejected_before_compute(tmp_path, args, message):
     p = rlrobot("train", "--out", str(tmp_path / "x"), *args, check=False)
     assert p.returncode != 0
@@ -78,6 +80,7 @@ SAC_SMALL = ["--num-envs", "4", "--sac.rollout-steps", "4", "--sac.learning-star
              "--logger", "none", "--checkpoint-every", "2", "--no-video"]
 
 
+@pytest.mark.slow
 def test_sac_train_resume_eval_round_trip(tmp_path):
     out = tmp_path / "sac"
     rlrobot("train", "--task", "so101-reach", "--algo", "sac", "--total-steps", "64", "--sac.save-replay", "--out", str(out),
@@ -100,6 +103,7 @@ def test_list_tasks():
     assert p.stdout.splitlines()[0] == "push the red cube to the green zone" and len(p.stdout.splitlines()) == 12
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     """SIGKILL mid-training loses at most the work since the last checkpoint; --resume finishes the run."""
     import signal

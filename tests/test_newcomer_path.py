@@ -41,6 +41,7 @@ def error_of(capsys, argv) -> str:
     return out
 
 
+@pytest.mark.slow
 def test_resume_takes_the_directory_given(tmp_path, capsys):
     original = tmp_path / "a"
     train(original, 2)
@@ -55,6 +56,7 @@ def test_resume_takes_the_directory_given(tmp_path, capsys):
     assert not missing.exists()  # a failed resume leaves no empty directory behind
 
 
+@pytest.mark.slow
 def test_damaged_checkpoints_are_named_and_resume_falls_back(tmp_path, capsys):
     run = tmp_path / "run"
     train(run, 4)  # checkpoints at iterations 2 and 4
@@ -88,6 +90,7 @@ def test_checkpoints_are_readable_by_the_group(tmp_path):
     assert all(f.stat().st_mode & stat.S_IRGRP for f in ckpt.iterdir())
 
 
+@pytest.mark.slow
 def test_ctrl_c_checkpoints_at_the_iteration_boundary_and_resume_is_exact(tmp_path, monkeypatch):
     from rlrobot.runners.on_policy import OnPolicyRunner
 
@@ -141,6 +144,7 @@ def test_the_resume_hint_pastes_into_a_shell_with_spaces_in_the_path(tmp_path, m
     assert shlex.split(hint) == ["rlrobot", "train", "--resume", "--out", str(run)]
 
 
+@pytest.mark.slow
 def test_metrics_after_the_resumed_checkpoint_are_dropped(tmp_path):
     run = tmp_path / "run"
     train(run, 4)
@@ -152,6 +156,7 @@ def test_metrics_after_the_resumed_checkpoint_are_dropped(tmp_path):
     assert steps == [PER_ITERATION * i for i in range(1, 5)]
 
 
+@pytest.mark.slow
 def test_resume_refuses_flags_it_cannot_honour_and_honours_the_others(tmp_path, capsys):
     run = tmp_path / "run"
     train(run, 2)
@@ -178,6 +183,7 @@ def test_budgets_and_devices_are_checked_before_compute(tmp_path, capsys):
     assert json.loads((tmp_path / "sci" / "summary.json").read_text())["env_steps"] == 64
 
 
+@pytest.mark.slow
 def test_an_offline_runs_budget_is_its_own_flag_and_changes_on_resume_without_repeating_the_algo(tmp_path, capsys):
     from rlrobot.commands.collect import CollectArgs, collect_demonstrations
 

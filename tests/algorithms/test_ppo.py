@@ -152,6 +152,7 @@ def test_adaptive_lr_moves_with_kl():
     assert algo.state_dict()["lr"] == algo.lr_schedule.lr == algo.optimizer.param_groups[0]["lr"]
 
 
+@pytest.mark.slow
 def test_ppo_learns_reach(tmp_path):
     """A real, seeded, small run: deterministic eval success on so101-reach must reach 0.8."""
     cfg = train_config("ppo", task="so101-reach", num_envs=128, total_steps=128 * 24 * 90, seed=1, logger="none",
@@ -179,6 +180,7 @@ def _seeded_cheetah_run(tmp_path, name, seed=3):
     return runner.policy.state_dict()
 
 
+@pytest.mark.slow
 def test_seeded_runs_are_bit_identical(tmp_path):
     """The same seed gives the same learning outcome to the last bit (the update's host-sync-free bookkeeping and the
     written-out Gaussian must not change it); a different seed does not."""
@@ -214,6 +216,7 @@ def test_fused_adam_is_the_same_update_up_to_rounding():
     assert set(plain_stats) >= {"policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "lr"}
 
 
+@pytest.mark.slow
 def test_compiled_update_is_the_same_update_up_to_rounding():
     """--ppo.compile runs the minibatch loss through torch.compile (generated C++ kernels on the CPU): the same
     parameters and statistics as the eager update, up to float rounding."""

@@ -122,6 +122,7 @@ def demos(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", algorithm_names())
 def test_every_registered_algorithm_validates_trains_and_round_trips(algo, tmp_path, demos):
     from rlrobot.runners.base import make_runner

@@ -176,6 +176,7 @@ def test_config_rejects_bad_values():
         run(actor_q="max").validate()
 
 
+@pytest.mark.slow
 def test_sac_learns_pendulum(tmp_path):
     """A real, seeded, small run through the gymnasium adapter: random policies score about -1200 on Pendulum-v1."""
     from rlrobot.config import train_config

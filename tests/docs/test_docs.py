@@ -1,6 +1,6 @@
 """The documentation as a user reads it: README.md and every page under docs/.
 
-- every python block runs as written (blocks preceded by ``<!-- docs-test: slow -->`` only with RLROBOT_SLOW=1; by
+- every python block runs as written (blocks preceded by ``<!-- docs-test: slow -->`` in the slow tier, `pytest -m slow`; by
   ``<!-- docs-test: skip -->`` never, e.g. where they need a GPU or the vla extra);
 - every ``rlrobot ...`` line of a ``bash`` block parses with today's flags, and train lines also validate (without
   running); lines that need hardware or files a fresh clone lacks (a GPU, a run to resume) are only parsed. A dated
@@ -27,7 +27,6 @@ import tyro
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-SLOW = pytest.mark.skipif(os.environ.get("RLROBOT_SLOW") != "1", reason="slow tier: RLROBOT_SLOW=1 pytest -m slow")
 FENCE = re.compile(r"(?:<!-- docs-test: (?P<mark>slow|skip)[^>]*-->\n)?```(?P<lang>[a-z]*)\n(?P<body>.*?)```", re.S)
 
 
@@ -69,7 +68,7 @@ def _python_cases():
         for i, (body, mark) in enumerate(blocks(path, "python")):
             if mark == "skip":
                 continue
-            marks = [pytest.mark.slow, SLOW] if mark == "slow" else []
+            marks = [pytest.mark.slow] if mark == "slow" else []
             yield pytest.param(body, id=f"{_rel(path)}[{i}]", marks=marks)
 
 

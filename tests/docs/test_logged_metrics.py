@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 from pathlib import Path
 
@@ -17,8 +16,7 @@ from rlrobot.algorithms.registry import algorithm_names
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 KEY = re.compile(r"`((?:loss|train|eval|perf|done|trim|jsrl)/[a-z0-9_]+)`")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.environ.get("RLROBOT_SLOW") != "1",
-                                                   reason="slow tier: RLROBOT_SLOW=1 pytest -m slow")]
+pytestmark = pytest.mark.slow
 
 
 def _section(page: Path, anchor: str = "logged-metrics") -> str:

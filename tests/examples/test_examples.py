@@ -11,7 +11,6 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py"))
-SLOW = pytest.mark.skipif(os.environ.get("RLROBOT_SLOW") != "1", reason="slow tier: RLROBOT_SLOW=1 pytest -m slow")
 
 
 def run(script: str, tmp_path: Path, *args: str, timeout: int) -> subprocess.CompletedProcess:
@@ -35,7 +34,6 @@ def test_example_runs_in_smoke_mode(script, tmp_path):
 
 
 @pytest.mark.slow
-@SLOW
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_example_runs_as_written(script, tmp_path):
     p = run(script, tmp_path, timeout=3600)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from rlrobot.data.lerobot_dataset import read_lerobot_dataset
 
@@ -38,6 +39,7 @@ def test_deploy_records_a_lerobot_dataset(tmp_path, expert_checkpoint):
     assert err < 0.05
 
 
+@pytest.mark.slow
 def test_deploy_through_the_server_and_bad_input(tmp_path, server):
     out = tmp_path / "s.json"
     deploy("--robot", "twin", "--server", server.url, "--token", TOKEN, "--episodes", "2", "--executor.no-realtime",

@@ -67,6 +67,7 @@ def flood_result(proc: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_an_authenticated_flood_of_maximal_frames_does_not_take_another_clients_period(expert_checkpoint):
     """One token holder sends 8 MiB frames back to back for 3.5 s (at most 400 frames) while a second client asks
     for an action once per 40 ms control period: its round trips stay within the period (the old server, which read
@@ -105,6 +106,7 @@ def test_an_authenticated_flood_of_maximal_frames_does_not_take_another_clients_
     assert ok and reply["connections"]["bytes_in"] <= 16 * MIB + 32 * MIB * read_s + 512 * 1024, result
 
 
+@pytest.mark.slow
 def test_a_connection_kept_over_its_budget_is_closed_with_the_reason_logged(expert_checkpoint):
     """With a 1 MiB/s budget and --budget-close-s 1, a flood of 8 MiB frames waits for its budget for a second, then
     the server closes that connection (1008, "over its byte budget"), logs why and counts it, while another client is

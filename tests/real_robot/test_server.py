@@ -45,6 +45,7 @@ def test_served_policy_drives_the_twin_like_the_simulator(server):
     client.close()
 
 
+@pytest.mark.slow
 def test_server_killed_mid_episode_robot_holds_then_aborts_and_client_reconnects(expert_checkpoint):
     srv = ServerProcess(expert_checkpoint)
     safety = SafetyConfig(watchdog_s=0.2, disable_after_s=0.6)

@@ -69,6 +69,7 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "iter_000001" / "config.json").read_text()) == {"a": 1}
 
 
+@pytest.mark.slow
 def test_loggers_tensorboard_and_wandb_offline(tmp_path):
     OnPolicyRunner(small_cfg(tmp_path / "tb", 2, logger="tensorboard")).learn()
     assert list((tmp_path / "tb" / "tensorboard").glob("events.out.tfevents.*"))

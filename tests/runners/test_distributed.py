@@ -57,6 +57,7 @@ def _rank_main(rank: int, world: int, init_file: str, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_rank_update_equals_single_process_on_the_whole_batch(tmp_path):
     mp.start_processes(_rank_main, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True,
                        start_method="spawn")
@@ -79,6 +80,7 @@ def torchrun(tmp_path, *args: str) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo, iterations, extra", [
     ("ppo", 4, ["--ppo.rollout-steps", "8", "--ppo.num-minibatches", "2", "--total-steps", str(2 * 8 * 8 * 4)]),
     ("sac", 3, ["--sac.learning-starts", "64", "--sac.batch-size", "32", "--sac.rollout-steps", "8",
@@ -99,6 +101,7 @@ def test_torchrun_training_keeps_ranks_identical(tmp_path, algo, iterations, ext
     assert len([x for x in lines if "perf/iterations_per_s" in x]) == iterations
 
 
+@pytest.mark.slow
 def test_torchrun_resume_continues_from_rank_zeros_checkpoint(tmp_path):
     """Rank 0 alone writes checkpoints (ranks writing one directory raced on its rename); every rank resumes from it."""
     out = tmp_path / "run"

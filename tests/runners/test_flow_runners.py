@@ -68,6 +68,7 @@ def test_collect_images(tmp_path):
     assert demos.obs["image_front"].shape[1:] == (3, 32, 32)
 
 
+@pytest.mark.slow
 def test_collect_sft_eval_rl_round_trip(reach_demos, tmp_path):
     sft = tmp_path / "sft"
     main(["train", "--algo", "sft", "--task", "so101-reach", "--dataset", str(reach_demos), "--out", str(sft),

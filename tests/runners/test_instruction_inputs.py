@@ -3,6 +3,7 @@ it beside the state, and the update runs on it (multi-task suite tasks)."""
 
 import dataclasses
 
+import pytest
 import torch
 
 from rlrobot.config import train_config
@@ -53,6 +54,7 @@ def test_ppo_stores_and_trains_on_the_instruction(tmp_path):
     runner.env.close()
 
 
+@pytest.mark.slow
 def test_sac_replays_the_instruction(tmp_path):
     runner = make_runner(small("sac", tmp_path))
     actor_before = instruction_columns(runner.policy.actor.net[0])

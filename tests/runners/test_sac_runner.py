@@ -26,6 +26,7 @@ def weights(run):
     return load_file(resolve_checkpoint(run) / "model.safetensors")
 
 
+@pytest.mark.slow
 def test_resume_with_saved_replay_continues_exactly(tmp_path):
     straight = OffPolicyRunner(sac_cfg(tmp_path / "a", 8))
     straight.learn()
@@ -42,6 +43,7 @@ def test_resume_with_saved_replay_continues_exactly(tmp_path):
     assert float(resumed.algo.alpha) == float(straight.algo.alpha)
 
 
+@pytest.mark.slow
 def test_resume_without_replay_refills_the_buffer_then_continues(tmp_path):
     OffPolicyRunner(sac_cfg(tmp_path / "c", 4)).learn()
     assert not (resolve_checkpoint(tmp_path / "c") / "replay.safetensors").exists()

@@ -49,6 +49,7 @@ def test_same_task_code_and_initial_states():
     assert len(set(np.round(friction, 5))) > 1
 
 
+@pytest.mark.slow
 def test_reach_trajectories_match_native():
     """Contact-free arm motion through the IK controller: float32 Warp tracks float64 MuJoCo to ~1e-7 m."""
     native, warp = _pair("so101-reach", 4)
@@ -64,6 +65,7 @@ def test_reach_trajectories_match_native():
     np.testing.assert_allclose(native.jacp, warp.jacp, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_push_from_native_state_with_contacts():
     """Start the Warp worlds from a native mid-episode state (get_state/set_state interchange), then drive both with
     the same actions through the pusher-cube contact: trajectories stay within millimetres."""
@@ -89,6 +91,7 @@ def test_push_from_native_state_with_contacts():
     assert torch.equal(info_n["success"], info_w["success"])
 
 
+@pytest.mark.slow
 def test_lift_closed_loop_outcomes_match():
     """Each backend runs the scripted grasp-and-lift expert on its own state: the same episodes succeed."""
     native, warp = _pair("so101-lift", 8, max_episode_steps=200)
@@ -142,6 +145,7 @@ def test_backend_errors(monkeypatch):
         rlrobot.make("so101-reach", backend="mjwarp")
 
 
+@pytest.mark.slow
 def test_train_cli_on_mjwarp(tmp_path):
     """The runner path (rollouts, update, checkpoint, eval env) on the Warp backend."""
     from rlrobot.cli import main
@@ -152,6 +156,7 @@ def test_train_cli_on_mjwarp(tmp_path):
     assert (out / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_state_restore_is_exact():
     """What ``--resume`` relies on: after set_state(get_state()) the same actions give bit-identical observations,
     through pusher-cube contacts (the solver warm start is part of the saved state)."""

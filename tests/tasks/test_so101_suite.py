@@ -3,6 +3,7 @@ resampling on autoreset, instruction tensors that match the strings, the long-ho
 wrong-instruction check (the expert doing the drawn task, judged on a colour-swapped instruction, is at chance)."""
 
 import numpy as np
+import pytest
 import torch
 
 import rlrobot
@@ -24,6 +25,7 @@ def run_expert(env, steps: int) -> list[dict]:
     return infos
 
 
+@pytest.mark.slow
 def test_expert_solves_every_family_and_is_at_chance_on_swapped_colours():
     """One suite episode in 48 envs: 32 judged on the drawn instruction (the expert solves every family; the
     128-episode table per family, all >= 0.97, is in the README), 16 judged on a colour-swapped instruction while the
