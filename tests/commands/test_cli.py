@@ -139,7 +139,7 @@ def test_eval_overrides_a_flow_policys_sampling_and_reports_chunk_use(tmp_path):
 
     from rlrobot.commands.eval import EvalArgs, evaluate_checkpoint
 
-    fixtures = Path(__file__).parent / "fixtures" / "runs_v0_1"
+    fixtures = Path(__file__).parents[1] / "fixtures" / "runs_v0_1"
     result = evaluate_checkpoint(EvalArgs(checkpoint=str(fixtures / "sft"), episodes=2, num_envs=2, video=False,
                                           denoising_steps=1, execute_steps=2, out=str(tmp_path)))
     assert (result["denoising_steps"], result["execute_steps"], result["chunk_utilisation"]) == (1, 2, 0.5)
