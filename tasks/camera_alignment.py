@@ -502,6 +502,8 @@ def sobel(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 LEVELS = ((4, 12.0, 4.0, 600),)
 """the global search's levels: (resolution factor, distance truncation in pixels at that level, CMA-ES step size in
 cm / deg / percent, evaluations of each start)"""
+SEARCH_PHOTOS = 8
+"""photos the global search scores each candidate on"""
 STARTS = 2
 """independent CMA-ES runs from the setup's camera at the first level (the best is kept): one in four runs ends in a
 local minimum of cluttered photos, two rarely both do"""
@@ -528,6 +530,9 @@ def align_camera(model: mujoco.MjModel, photos: list[Photo], start: CameraPose, 
     ``bounds``: no parameter may move further than this (cm / deg / percent) from the start."""
     began = time.perf_counter()
     scorer = OutlineScorer(model, photos, robot_geoms)
+    # the global search looks at the first SEARCH_PHOTOS photos (its cost is renders per evaluation); the edge
+    # matcher, which pins the camera's distance down, at all of them
+    searcher = OutlineScorer(model, photos[:SEARCH_PHOTOS], robot_geoms) if len(photos) > SEARCH_PHOTOS else scorer
     space = OrbitParameters(start, arm_depth(model, start, photos))
     rng = np.random.default_rng(seed)
     try:
@@ -537,12 +542,12 @@ def align_camera(model: mujoco.MjModel, photos: list[Photo], start: CameraPose, 
         x = np.zeros(len(PARAMETERS))
         history = []
         for factor, truncation, step, evals in levels:
-            scorer.set_level(factor, truncation)
+            searcher.set_level(factor, truncation)
 
             def cost(delta: np.ndarray) -> float:
                 if np.abs(delta).max() > bounds:
-                    return scorer.truncation
-                return scorer.cost(space.pose(delta))
+                    return searcher.truncation
+                return searcher.cost(space.pose(delta))
 
             starts = STARTS if factor == levels[0][0] else 1
             x, value = min((cma_es(cost, x, step, evals, rng) for _ in range(starts)), key=lambda found: found[1])
@@ -552,9 +557,11 @@ def align_camera(model: mujoco.MjModel, photos: list[Photo], start: CameraPose, 
         # the matcher only polishes: never worse than the search
         pose = min((searched, refined), key=lambda p: scorer.reprojection_error(p, distances))
         error = scorer.reprojection_error(pose, distances)
-        return AlignmentResult(pose, error, initial_error, scorer.evaluations, time.perf_counter() - began, history)
+        return AlignmentResult(pose, error, initial_error, searcher.evaluations, time.perf_counter() - began, history)
     finally:
         scorer.close()
+        if searcher is not scorer:
+            searcher.close()
 
 
 # ------------------------------------------------------------------------------------------------- photos on disk
