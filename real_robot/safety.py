@@ -38,8 +38,9 @@ from typing import Any
 
 import numpy as np
 
-log = logging.getLogger("rlrobot.safety")
+from rlrobot.tasks.servo_limits import STS3215_MAX_ACCELERATION, STS3215_MAX_VELOCITY, step_window
 
+log = logging.getLogger("rlrobot.safety")
 
 
 class SafetyLatched(RuntimeError):
@@ -57,15 +58,6 @@ def _positive_finite(name: str, value, upper: float | None = None, why: str = ""
         raise ValueError(f"safety.{name}={value!r} must be a finite number > 0 and <= {upper:g}{why}")
 
 
-# Defaults from the SO-101's servos, the Feetech STS3215 (all six joints of the LeRobot follower, gear 1/345):
-# - speed: no-load 0.222 s / 60 deg at 7.4 V (the 12 V C018 measures the same 45-46 rpm) = 4.7 rad/s. The arm cannot
-#   turn faster, so a faster command only lets the target run ahead of the arm;
-# - acceleration: LeRobot's SO-101 follower writes Acceleration = 254 to every servo at connect
-#   (FeetechMotorsBus.configure_motors), in units of 100 steps/s^2 of a 4096-step turn: 25400 steps/s^2 = 39 rad/s^2,
-#   the ramp the servo itself follows (the register's largest value short of 0 = no ramp).
-# The old defaults (6 rad/s, 150 rad/s^2) were above both; at 25 Hz they allowed 0.24 rad of step change per tick.
-STS3215_MAX_VELOCITY = 4.7
-STS3215_MAX_ACCELERATION = 39.0
 ENCODER_STEP = 2 * math.pi / 4096
 """one count of the STS3215's 12-bit encoder (rad): a clamp smaller than this is applied but not counted as an
 intervention (the servo cannot resolve it; e.g. the braking window shaves ~1e-5 rad off a step that ends at a joint
@@ -77,25 +69,6 @@ MAX_WORKSPACE_M = 2.0
 LATCH_KINDS = ("estop", "watchdog_disable", "fault", "reading_fault", "latch")
 """interventions that latch the supervisor: logged as warnings (the others, per-step clamps, at debug level)"""
 
-
-def braking_reach(distance: np.ndarray, max_change: float) -> np.ndarray:
-    """Largest step towards a boundary ``distance`` away after which the arm can still brake to rest before it
-    at the acceleration limit (conservative: the braking distance of a step s is at most s^2 / (2 a dt^2))."""
-    return max_change * (np.sqrt(1.0 + 2.0 * np.maximum(distance, 0.0) / max_change) - 1.0)
-
-
-def step_window(last: np.ndarray, prev: np.ndarray, max_step: float, max_change: float, joint_low: np.ndarray,
-                joint_high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """[lo, hi] of the next command's step from the last command ``last`` (the one before it: ``prev``): velocity
-    (``max_step`` per control step) and acceleration (``max_change`` per step squared) limits, and room to brake before
-    the joint limits; the kinematic limits always win (from an inconsistent state an overshoot is then unavoidable).
-    One arm ``[J]`` or a batch ``[N, J]``: the supervisor's window, and the simulated tasks' ``servo_limits``."""
-    velocity = last - prev
-    acc_lo = np.maximum(-max_step, velocity - max_change)
-    acc_hi = np.minimum(max_step, velocity + max_change)
-    lo = np.minimum(np.maximum(acc_lo, -braking_reach(last - joint_low, max_change)), acc_hi)
-    hi = np.maximum(np.minimum(acc_hi, braking_reach(joint_high - last, max_change)), acc_lo)
-    return lo, np.maximum(hi, lo)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from rlrobot.envs.registry import TaskSpec, register_task
-from rlrobot.real_robot.safety import STS3215_MAX_ACCELERATION, STS3215_MAX_VELOCITY, step_window
+from rlrobot.tasks.servo_limits import STS3215_MAX_ACCELERATION, STS3215_MAX_VELOCITY, step_window
 
 from .mujoco_vec_env import OBS_MODES, REWARD_MODES, MujocoVecEnv
 from .profile import PRIVILEGED_KEY, PROFILE_OBS_MODE, ProfileUnits, image_key
