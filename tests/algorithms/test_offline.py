@@ -26,7 +26,8 @@ def test_expectile_loss_is_asymmetric_with_the_right_sign():
 def test_the_registry_lists_the_offline_algorithms_with_their_learners_and_capabilities():
     assert {"bc", "iql", "cal-ql", "fql", "rql", "awac"} <= set(offline_algorithm_names())
     assert all(algorithm_spec(name).learner is not None for name in offline_algorithm_names())
-    assert {name for name in offline_algorithm_names() if not algorithm_spec(name).needs_rewards} == {"bc"}
+    reward_free = {name for name in offline_algorithm_names() if not algorithm_spec(name).needs_rewards}
+    assert {"bc", "recoil", "bc-union"} <= reward_free and not {"iql", "cal-ql", "fql", "rql", "awac"} & reward_free
     assert algorithm_spec("sac").learner is None and "sac" not in offline_algorithm_names()
 
 
