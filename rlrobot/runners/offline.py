@@ -32,9 +32,9 @@ def load_offline_data(cfg: TrainConfig, obs_shapes: dict[str, tuple], action_dim
                             control_mode=cfg.control_mode if not is_adapter_task(cfg.task) else None, gamma=section.gamma,
                             device=device, max_episodes=section.max_episodes, max_episode_steps=cfg.episode_steps())
     if not data.has_rewards and cfg.spec.needs_rewards:
-        cloning = [s.name for s in ALGORITHMS.specs() if not s.needs_rewards and s.runner == cfg.spec.runner]
+        imitation = [s.name for s in ALGORITHMS.specs() if not s.needs_rewards and s.runner == cfg.spec.runner]
         raise ValueError(f"dataset {cfg.dataset} has no 'next.reward' feature (e.g. a deploy recording): algo={cfg.algo!r} "
-                         f"needs rewards; behaviour cloning ({', '.join(cloning)}) trains without them")
+                         f"needs rewards; imitation ({', '.join(imitation)}) trains without them")
     fraction = getattr(cfg, "labelled_fraction", 1.0)
     if fraction < 1.0:
         data = label_with_inverse_dynamics(data, fraction, steps=cfg.inverse_dynamics_steps, seed=cfg.seed)
