@@ -101,6 +101,11 @@ def test_command_lines_parse(argv):
     if command == "train":
         if "--help" in rest:
             return
+        if "--setup" in rest and not Path(rest[rest.index("--setup") + 1]).is_file():
+            from rlrobot.tasks.setup import DEFAULT_SETUP
+
+            # the user's own station file (written by `rlrobot camera align`): the shipped default stands in for it
+            rest = [*rest[:rest.index("--setup") + 1], str(DEFAULT_SETUP), *rest[rest.index("--setup") + 2:]]
         cfg = parse_train_args(rest)
         if cfg.resume or "cuda" in cfg.device or cfg.backend in ("mjwarp", "isaaclab") or cfg.task.startswith(
                 ("maniskill:", "isaaclab:")):
