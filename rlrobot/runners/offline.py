@@ -3,8 +3,8 @@
 ``--resume`` as for every runner (weights: all the algorithm's networks; trainer state: its optimizers).
 
 With ``--labelled-fraction f < 1`` only the first f of the episodes (at least one) keep their actions: an
-inverse-dynamics model trained on them labels the others (``rlrobot.data.inverse_dynamics``), and the algorithm trains
-on the union (semi-supervised offline RL).
+inverse-dynamics model trained on them labels the others (``rlrobot.algorithms.inverse_dynamics``), and the algorithm
+trains on the union (semi-supervised offline RL).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rlrobot.algorithms.inverse_dynamics import label_with_inverse_dynamics
 from rlrobot.algorithms.registry import ALGORITHMS
 from rlrobot.config import TrainConfig
-from rlrobot.data.inverse_dynamics import label_with_inverse_dynamics
 from rlrobot.data.transitions import Transitions, dataset_meta, load_transitions
 from rlrobot.envs.registry import is_adapter_task
 from rlrobot.runners.base import Runner, console
