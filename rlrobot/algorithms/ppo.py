@@ -254,7 +254,7 @@ class PPO:
         x = self.policy.features(obs)
         mean, std = self.policy.gaussian(x)
         action = torch.normal(mean, std)
-        value = self.policy.critic(x).squeeze(-1)
+        value = self.policy.critic(self.policy.critic_input(obs, x)).squeeze(-1)
         return action, gaussian_log_prob(action, mean, std).sum(-1), value, mean, std
 
     def update(self, generator: torch.Generator | None = None) -> dict[str, float]:
@@ -303,11 +303,12 @@ class PPO:
         def mean_of(v: torch.Tensor) -> torch.Tensor:
             return (v if keep is None else torch.where(keep, v, torch.zeros_like(v))).sum() / count
 
-        x = self.policy.features(mb["obs"])
+        # the frames randomly shifted (DrQ) for the update only; the asymmetric critic reads its own observation
+        x = self.policy.features(mb["obs"], augment=True)
         mean, std = self.policy.gaussian(x)
         log_prob = gaussian_log_prob(mb["actions"], mean, std).sum(-1)
         entropy = mean_of(gaussian_entropy(std).sum(-1))
-        value = self.policy.critic(x).squeeze(-1)
+        value = self.policy.critic(self.policy.critic_input(mb["obs"], x)).squeeze(-1)
         with torch.no_grad():
             old_mu, old_sigma = mb["action_mean"], mb["action_std"]
             kl = mean_of((torch.log(std / old_sigma) + (old_sigma.square() + (old_mu - mean).square())
