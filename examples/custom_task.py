@@ -16,8 +16,8 @@ import numpy as np
 
 import rlrobot
 from rlrobot.cli import main as rlrobot_cli
-from rlrobot.envs.registry import TaskSpec, register_task
 from rlrobot.tasks.mujoco_vec_env import OBS_MODES, REWARD_MODES
+from rlrobot.tasks.registry import TaskSpec, register_task
 from rlrobot.tasks.so101 import CONTROL_MODES, SO101Reach
 
 

@@ -15,7 +15,7 @@ import torch
 
 import rlrobot
 from rlrobot.checkpoints import load_checkpoint, load_section, saved_train
-from rlrobot.envs.registry import is_adapter_task
+from rlrobot.tasks.registry import is_adapter_task
 
 if TYPE_CHECKING:
     from rlrobot.config import TrainConfig

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 import rlrobot
-from rlrobot.envs.registry import is_adapter_task
+from rlrobot.tasks.registry import is_adapter_task
 
 
 class TaskBridge:

@@ -53,7 +53,7 @@ def observation_problem(metadata: dict[str, Any], robot: str, cameras: set[str],
         return None
     if robot == "twin":
         return None  # the sighted twin: the task's own simulation gives every key of its obs mode
-    from rlrobot.envs.registry import task_spec
+    from rlrobot.tasks.registry import task_spec
 
     entry = task_spec(task).entry_point
     needed = getattr(entry, "state_context", None)

@@ -15,8 +15,12 @@ __version__ = "0.2.0"
 def __getattr__(name: str):
     """``rlrobot.make`` and ``rlrobot.VecEnv`` load torch and the simulators on first use, not on ``import rlrobot``
     (so that ``rlrobot --help`` answers at once)."""
-    if name in __all__:
-        from rlrobot import envs
+    if name == "make":
+        from rlrobot.tasks.registry import make
 
-        return getattr(envs, name)
+        return make
+    if name == "VecEnv":
+        from rlrobot.envs.vec_env import VecEnv
+
+        return VecEnv
     raise AttributeError(f"module 'rlrobot' has no attribute {name!r}")

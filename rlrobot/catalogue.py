@@ -16,7 +16,7 @@ def build_catalogue() -> dict[str, Any]:
     """Every native task (its default spaces, episode length, an instruction, its modes) and every algorithm."""
     # the registries load torch and every task: only when the catalogue is rebuilt, never when it is read
     from rlrobot.algorithms.registry import describe_algorithms
-    from rlrobot.envs.registry import describe_task, native_task_ids, task_spec
+    from rlrobot.tasks.registry import describe_task, native_task_ids, task_spec
 
     tasks = []
     for task in native_task_ids():

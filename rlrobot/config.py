@@ -18,7 +18,11 @@ from typing import Any, Literal
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, algorithm_spec
 from rlrobot.checkpoints import CONFIG_VERSION, build_dataclass, upgrade_config
 from rlrobot.domains import NonNegativeInt, PositiveInt, check_domains
-from rlrobot.envs.registry import (
+from rlrobot.policies.registry import policy_spec
+from rlrobot.rewards import RewardConfig
+from rlrobot.sections import Section
+from rlrobot.tasks.profile import IMAGE_PREFIX, PROFILE_OBS_MODE
+from rlrobot.tasks.registry import (
     check_task_option,
     is_adapter_task,
     resolve_backend,
@@ -26,10 +30,6 @@ from rlrobot.envs.registry import (
     validate_task_id,
     validate_task_modes,
 )
-from rlrobot.policies.registry import policy_spec
-from rlrobot.rewards import RewardConfig
-from rlrobot.sections import Section
-from rlrobot.tasks.profile import IMAGE_PREFIX, PROFILE_OBS_MODE
 from rlrobot.tasks.setup import setup_text
 
 

@@ -32,7 +32,7 @@ import gymnasium
 import mujoco
 import numpy as np
 
-from rlrobot.envs.registry import TaskSpec, register_task
+from rlrobot.tasks.registry import TaskSpec, register_task
 
 from .mujoco_vec_env import MujocoVecEnv, PhysicsRandomization
 

@@ -451,7 +451,7 @@ def check_setup_option(task: str, setup: str, obs_mode: str) -> None:
     """What ``TrainConfig.validate`` asks of ``--setup``: an SO-101 task and a readable, valid setup."""
     if not setup:
         return
-    from rlrobot.envs.registry import task_spec
+    from rlrobot.tasks.registry import task_spec
 
     from .so101 import SO101Env
 

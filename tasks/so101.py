@@ -13,7 +13,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from rlrobot.envs.registry import TaskSpec, register_task
+from rlrobot.tasks.registry import TaskSpec, register_task
 from rlrobot.tasks.servo_limits import STS3215_MAX_ACCELERATION, STS3215_MAX_VELOCITY, step_window
 
 from .mujoco_vec_env import OBS_MODES, REWARD_MODES, MujocoVecEnv

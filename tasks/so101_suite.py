@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from rlrobot.envs.language import EMBEDDING_DIM, InstructionEmbeddings, Vocabulary
-from rlrobot.envs.registry import TaskSpec, register_task
+from rlrobot.tasks.registry import TaskSpec, register_task
 
 from .mujoco_vec_env import REWARD_MODES
 from .so101 import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlrobot.envs.registry import TaskSpec, register_task, task_spec
+from rlrobot.tasks.registry import TaskSpec, register_task, task_spec
 
 STUDY_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "contacts-0.005": ("old contacts (solref 0.005), with the floor", {"contact_solref": 0.005}),

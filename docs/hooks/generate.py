@@ -164,7 +164,7 @@ def presets_table(algo: str) -> str:
 
 
 def tasks_table(task_ids: list[str]) -> str:
-    from rlrobot.envs.registry import describe_task, task_spec
+    from rlrobot.tasks.registry import describe_task, task_spec
 
     rows = ["| task | observation (state mode) | action | episode steps | obs modes | control modes | reward modes |",
             "|---|---|---|---|---|---|---|"]

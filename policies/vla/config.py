@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlrobot.domains import NonNegativeInt, Positive, PositiveInt
-from rlrobot.envs.registry import is_adapter_task
 from rlrobot.sections import Section
+from rlrobot.tasks.registry import is_adapter_task
 
 VARIANTS = ("pi0", "pi05", "smolvla")
 """LeRobot policy types these adapters wrap (``type`` in a pretrained directory's config.json)"""
@@ -178,6 +178,6 @@ def resolve(run) -> None:
     if vla.path != str(Path(vla.path).expanduser().resolve()):
         vla.path = str(Path(vla.path).expanduser().resolve())  # the run's config must find it from any directory
     if not vla.instruction and not is_adapter_task(run.task):
-        from rlrobot.envs.registry import describe_task
+        from rlrobot.tasks.registry import describe_task
 
         vla.instruction = describe_task(run.task)["instruction"]

@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     (vla-sft, then vla-flow-noise / vla-flow-sde with --vla.path DIR)."""
     import argparse
 
-    from rlrobot.envs.registry import make
+    from rlrobot.tasks.registry import make
 
     parser = argparse.ArgumentParser(prog="python -m rlrobot.policies.vla.tiny")
     parser.add_argument("--variant", required=True, choices=("pi0", "pi05", "smolvla"))

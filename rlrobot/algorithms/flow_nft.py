@@ -57,8 +57,8 @@ from rlrobot.algorithms.sft import TIME_SAMPLING, sample_time
 from rlrobot.curricula.execute_length import PolicyTrimInput
 from rlrobot.data.rollout_storage import RolloutStorage
 from rlrobot.domains import Domain, NonNegative, NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
-from rlrobot.envs.registry import is_adapter_task
 from rlrobot.policies.flow import FlowPolicy
+from rlrobot.tasks.registry import is_adapter_task
 
 SAMPLERS = ("ode", "noise")
 OPTIMALITY = ("gae", "group")

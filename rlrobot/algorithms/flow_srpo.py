@@ -19,9 +19,9 @@ from rlrobot.algorithms.flow_ppo import FlowPPOConfig, InitCheckpoint, adopt_ini
 from rlrobot.algorithms.ppo import validate_ppo_common
 from rlrobot.algorithms.registry import AlgorithmSpec, register_algorithm
 from rlrobot.domains import NonNegative, Positive, PositiveInt, UnitInterval
-from rlrobot.envs.registry import is_adapter_task
 from rlrobot.rewards.progress_reward import check_prm_path
 from rlrobot.rewards.srpo import SRPOSettings
+from rlrobot.tasks.registry import is_adapter_task
 
 
 @dataclass

@@ -46,10 +46,10 @@ from rlrobot.algorithms.registry import ALGORITHMS, AlgorithmConfig, AlgorithmSp
 from rlrobot.algorithms.sft import DatasetInput, adopt_scaled_budget
 from rlrobot.checkpoints import load_section, saved_train
 from rlrobot.domains import NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
-from rlrobot.envs.registry import is_adapter_task
 from rlrobot.policies.normalizer import RunningNormalizer
 from rlrobot.policies.registry import PolicySpec, register_policy
 from rlrobot.sections import Section
+from rlrobot.tasks.registry import is_adapter_task
 
 if TYPE_CHECKING:
     from rlrobot.data.transitions import Transitions

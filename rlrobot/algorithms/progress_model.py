@@ -32,9 +32,9 @@ from rlrobot.data.progress_labels import (
     sample_pairs,
 )
 from rlrobot.domains import Domain, NonNegative, NonNegativeInt, Positive, PositiveInt, UnitInterval
-from rlrobot.envs.registry import is_adapter_task, task_spec
 from rlrobot.policies.registry import PolicySpec, register_policy
 from rlrobot.rewards.progress_model import PRMNetConfig, VLACProgressModel
+from rlrobot.tasks.registry import is_adapter_task, task_spec
 
 
 @dataclass

@@ -51,11 +51,11 @@ from rlrobot.algorithms.ppo import PPOConfig
 from rlrobot.bench.common import console
 from rlrobot.config import train_config
 from rlrobot.configs import preset
-from rlrobot.envs.registry import is_adapter_task
 from rlrobot.policies.actor_critic import ActorCriticConfig
 from rlrobot.runners.off_policy import OffPolicyRunner
 from rlrobot.runners.on_policy import OnPolicyRunner
 from rlrobot.tasks.mujoco_vec_env import default_num_threads
+from rlrobot.tasks.registry import is_adapter_task
 
 BENCH_EXTRA = "pip install 'rlrobot[bench]' (stable-baselines3, rsl-rl-lib, envpool)"
 

@@ -25,9 +25,9 @@ from rlrobot.data.demonstrations import INSTRUCTION_KEYS, RLROBOT_META, image_fe
 from rlrobot.data.lerobot_dataset import LeRobotDatasetWriter
 from rlrobot.data.recipes import BehaviourPolicy, Recipe, recipe
 from rlrobot.data.transitions import NEXT_STATE
-from rlrobot.envs.registry import native_task_ids, task_spec, validate_task_modes
 from rlrobot.runners.evaluation import EpisodeSlots
 from rlrobot.tasks.profile import PROFILE_OBS_MODE, STATE_NAMES, is_privileged
+from rlrobot.tasks.registry import native_task_ids, task_spec, validate_task_modes
 from rlrobot.tasks.so101_suite import check_task_instruction
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns

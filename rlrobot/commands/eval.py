@@ -13,10 +13,10 @@ from rich.console import Console
 import rlrobot
 from rlrobot.checkpoints import load_checkpoint
 from rlrobot.config import config_from_checkpoint
-from rlrobot.envs.registry import validate_task_id
 from rlrobot.envs.seeds import evaluation_seed
 from rlrobot.policies.registry import build_policy, check_compatible, policy_metadata
 from rlrobot.runners.evaluation import evaluate
+from rlrobot.tasks.registry import validate_task_id
 
 console = Console(soft_wrap=True)
 

@@ -31,10 +31,10 @@ from rlrobot.algorithms.registry import ALGORITHMS, algorithm_spec
 from rlrobot.commands.collect import CollectArgs, collect_demonstrations
 from rlrobot.configs import preset
 from rlrobot.data.recipes import RECIPES, recipe
-from rlrobot.envs.registry import native_task_ids, task_spec
 from rlrobot.envs.seeds import evaluation_seed
 from rlrobot.runners.base import make_runner
 from rlrobot.runners.evaluation import evaluate
+from rlrobot.tasks.registry import native_task_ids, task_spec
 
 console = Console(soft_wrap=True)
 

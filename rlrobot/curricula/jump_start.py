@@ -48,11 +48,11 @@ import torch
 
 from rlrobot.checkpoints import resolve_checkpoint
 from rlrobot.domains import Domain, PositiveInt
-from rlrobot.envs.registry import native_task_ids, task_spec
 from rlrobot.envs.vec_env import CURRICULUM, POLICY_ACTED
 from rlrobot.policies.chunking import ChunkedActor
 from rlrobot.policies.registry import check_compatible, policy_from_checkpoint, policy_metadata
 from rlrobot.sections import Section
+from rlrobot.tasks.registry import native_task_ids, task_spec
 
 if TYPE_CHECKING:
     from rlrobot.config import TrainConfig

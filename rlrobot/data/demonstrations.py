@@ -22,7 +22,7 @@ import torch
 from rich.console import Console
 
 from rlrobot.data.lerobot_dataset import read_lerobot_dataset
-from rlrobot.envs.registry import is_adapter_task
+from rlrobot.tasks.registry import is_adapter_task
 
 console = Console(soft_wrap=True)  # long lines stay one line in logs (CI, nohup), not wrapped at 80 columns
 RLROBOT_META = "meta/rlrobot.json"
@@ -143,7 +143,7 @@ def load_demonstrations(root: str | Path, obs_space: dict[str, tuple[int, ...]],
 
 def _instruction_obs(data: dict, keep: np.ndarray, keys: list[str], task: str | None) -> dict[str, torch.Tensor]:
     """Token ids / embeddings of every kept frame's task string, from the task's ``instruction_observation``."""
-    from rlrobot.envs.registry import task_spec
+    from rlrobot.tasks.registry import task_spec
 
     entry = task_spec(task).entry_point if task is not None and not is_adapter_task(task) else None
     if not hasattr(entry, "instruction_observation"):

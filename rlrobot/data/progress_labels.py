@@ -42,7 +42,7 @@ from rlrobot.data.demonstrations import obs_feature
 from rlrobot.data.lerobot_dataset import read_lerobot_dataset
 from rlrobot.data.transitions import dataset_meta
 from rlrobot.envs.language import EMBEDDING_DIM, EMBEDDING_KEY, TOKENS_KEY, InstructionEmbeddings
-from rlrobot.envs.registry import is_adapter_task, task_spec
+from rlrobot.tasks.registry import is_adapter_task, task_spec
 
 InstructionObservation = Callable[[list[str]], dict[str, np.ndarray]]
 """instruction strings -> the task's observations of them (``instruction_tokens`` [N, L] token ids,

@@ -1,4 +1,3 @@
-from .registry import make, native_task_ids, validate_task_id
 from .vec_env import VecEnv, check_action
 
-__all__ = ["VecEnv", "check_action", "make", "native_task_ids", "validate_task_id"]
+__all__ = ["VecEnv", "check_action"]

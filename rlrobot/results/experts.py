@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 import rlrobot
-from rlrobot.envs.registry import task_spec
 from rlrobot.runners.evaluation import EpisodeSlots
+from rlrobot.tasks.registry import task_spec
 
 
 @dataclass

@@ -12,9 +12,9 @@ from typing import Annotated, Any
 import tyro
 
 from rlrobot.domains import UnitInterval
-from rlrobot.envs.registry import is_adapter_task
 from rlrobot.rewards.registry import NONE, REWARD_KINDS, RewardFactory, RewardSpec, split_shaping
 from rlrobot.sections import Section
+from rlrobot.tasks.registry import is_adapter_task
 
 
 @dataclass

@@ -40,11 +40,11 @@ import torch
 
 from rlrobot.domains import Positive
 from rlrobot.envs.language import EMBEDDING_DIM, EMBEDDING_KEY
-from rlrobot.envs.registry import is_adapter_task
 from rlrobot.rewards.discount import ChunkDiscount
 from rlrobot.rewards.progress_model import load_progress_model, split_prm_paths
 from rlrobot.rewards.registry import RewardFactory, RewardSpec, register_reward
 from rlrobot.sections import Section
+from rlrobot.tasks.registry import is_adapter_task
 
 PRM_MODES = ("potential", "raw", "progress")
 

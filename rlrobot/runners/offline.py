@@ -17,8 +17,8 @@ from rlrobot.algorithms.inverse_dynamics import label_with_inverse_dynamics
 from rlrobot.algorithms.registry import ALGORITHMS
 from rlrobot.config import TrainConfig
 from rlrobot.data.transitions import Transitions, dataset_meta, load_transitions
-from rlrobot.envs.registry import is_adapter_task
 from rlrobot.runners.base import Runner, console
+from rlrobot.tasks.registry import is_adapter_task
 
 NO_REWARDS = "n/a (no rewards recorded)"
 NO_SUCCESS = "n/a (no success recorded)"

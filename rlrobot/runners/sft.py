@@ -9,8 +9,8 @@ from pathlib import Path
 from rlrobot.algorithms.sft import FlowSFT
 from rlrobot.config import TrainConfig
 from rlrobot.data.demonstrations import load_demonstrations
-from rlrobot.envs.registry import is_adapter_task
 from rlrobot.runners.base import Runner, console
+from rlrobot.tasks.registry import is_adapter_task
 
 
 class SFTRunner(Runner):

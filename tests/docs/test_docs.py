@@ -155,7 +155,7 @@ def test_every_algorithm_page_is_in_the_navigation():
 
 
 def test_every_native_task_is_on_a_task_family_page():
-    from rlrobot.envs.registry import native_task_ids
+    from rlrobot.tasks.registry import native_task_ids
 
     shown = set()
     for page in (DOCS / "tasks").glob("*.md"):

@@ -124,7 +124,7 @@ def test_the_spawn_regions_place_the_cube_and_the_target(tmp_path):
 
 
 def test_the_setup_is_a_task_option_of_the_so101_tasks_only(tmp_path):
-    from rlrobot.envs.registry import check_task_option
+    from rlrobot.tasks.registry import check_task_option
 
     check_task_option("so101-lift", "setup", str(DEFAULT_SETUP))
     with pytest.raises(ValueError, match=r"setup applies to the tasks .*so101-lift.*; not to task='mujoco-Hopper-v5'"):

@@ -23,11 +23,11 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from rlrobot.algorithms.flow_ppo import FlowPPO, FlowPPOConfig  # noqa: E402
 from rlrobot.checkpoints import load_checkpoint  # noqa: E402
 from rlrobot.cli import main  # noqa: E402
-from rlrobot.envs.registry import make  # noqa: E402
 from rlrobot.policies.flow import sde_sigmas, time_grid  # noqa: E402
 from rlrobot.policies.vla.config import VLAConfig  # noqa: E402
 from rlrobot.policies.vla.load import build_vla  # noqa: E402
 from rlrobot.policies.vla.tiny import build_tiny  # noqa: E402
+from rlrobot.tasks.registry import make  # noqa: E402
 
 VARIANTS = ("pi0", "pi05", "smolvla")
 TASK = dict(obs_mode="state+rgb", control_mode="joint_pos")

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .vec_env import VecEnv
+from rlrobot.envs.vec_env import VecEnv
 
 BACKENDS = ("mujoco", "mjwarp", "gymnasium", "maniskill", "isaaclab")
 NATIVE_BACKENDS = ("mujoco", "mjwarp")  # the native MJCF tasks run on either: same task code, different physics
