@@ -27,6 +27,16 @@ import numpy as np
 from rich.console import Console
 
 from rlrobot.domains import Positive
+from rlrobot.real_robot.bridge import TaskBridge
+from rlrobot.real_robot.deploy import DeployArgs, lerobot_camera_specs
+from rlrobot.real_robot.drivers import make_robot
+from rlrobot.real_robot.executor import ChunkExecutor, ExecutorConfig
+from rlrobot.real_robot.safety import SafetyConfig, SafetySupervisor
+from rlrobot.tasks.camera_alignment import CALIBRATION_POSES, CameraPose, Photo, align_camera, load_photos, overlay, save_photos
+from rlrobot.tasks.cameras import mat_to_quat
+from rlrobot.tasks.randomization import scene_parts
+from rlrobot.tasks.setup import load_setup, save_setup
+from rlrobot.tasks.so101 import JOINT_NAMES, SO101Env, _normalize_joint, profile_units
 
 console = Console(soft_wrap=True)
 READINGS_PER_PHOTO = 16
@@ -114,8 +124,6 @@ class PoseSource:
 
     def plan(self, start: np.ndarray, target: np.ndarray, settle_steps: int) -> int:
         """Plan the move; returns its length in control steps (ramp plus settling)."""
-        from rlrobot.tasks.so101 import _normalize_joint
-
         distance = float(np.abs(target - start).max())
         ramp = max(1, int(np.ceil(distance / self.speed * self.rate_hz)))
         fractions = np.minimum(np.arange(1, ramp + settle_steps + 1) / ramp, 1.0)[:, None]
@@ -131,8 +139,6 @@ class PoseSource:
 
 
 def allowed_mask(names: tuple[str, ...]) -> np.ndarray:
-    from rlrobot.tasks.so101 import JOINT_NAMES
-
     if not names:
         raise ValueError(f"allow_joints: name the joints the arm may move (of {', '.join(JOINT_NAMES)}, or 'all'); "
                          "the others stay where they are")
@@ -145,14 +151,9 @@ def allowed_mask(names: tuple[str, ...]) -> np.ndarray:
 
 
 def _capture_robot(args: CaptureArgs, setup):
-    from rlrobot.real_robot.drivers import make_robot
-    from rlrobot.tasks.setup import load_setup
-
     if args.robot == "twin":
         twin_setup = load_setup(args.twin_setup) if args.twin_setup else setup
         return make_robot("twin", task="so101-reach", seed=args.seed, setup=twin_setup, frame_scale=1.0)
-    from rlrobot.real_robot.deploy import DeployArgs, lerobot_camera_specs
-
     specs = lerobot_camera_specs(DeployArgs(lerobot_cameras=args.lerobot_cameras), setup, [args.camera])
     return make_robot("lerobot", port=args.lerobot_port, robot_id=args.lerobot_id, control_rate_hz=setup.control_rate_hz,
                       use_degrees=setup.use_degrees, cameras=specs)
@@ -160,13 +161,6 @@ def _capture_robot(args: CaptureArgs, setup):
 
 def capture(args: CaptureArgs) -> dict[str, Any]:
     """Move the arm (allowed joints only, through the supervisor) to each calibration pose and photograph it."""
-    from rlrobot.real_robot.bridge import TaskBridge
-    from rlrobot.real_robot.executor import ChunkExecutor, ExecutorConfig
-    from rlrobot.real_robot.safety import SafetyConfig, SafetySupervisor
-    from rlrobot.tasks.camera_alignment import CALIBRATION_POSES, Photo, save_photos
-    from rlrobot.tasks.setup import load_setup
-    from rlrobot.tasks.so101 import profile_units
-
     setup = load_setup(args.setup)
     if args.robot not in ("lerobot", "twin"):
         raise ValueError(f"robot={args.robot!r} is not one of ('lerobot', 'twin')")
@@ -251,8 +245,6 @@ def _camera(setup, name: str | None, photos_camera: str | None) -> str:
 
 
 def _start_pose(setup, name: str):
-    from rlrobot.tasks.camera_alignment import CameraPose
-
     cam = setup.cameras[name]
     return CameraPose(np.asarray(cam.position, np.float64), cam.rotation(), float(cam.fovy_deg))
 
@@ -260,18 +252,11 @@ def _start_pose(setup, name: str):
 def _model_and_robot():
     import mujoco
 
-    from rlrobot.tasks.randomization import scene_parts
-    from rlrobot.tasks.so101 import SO101Env
-
     model = mujoco.MjModel.from_xml_path(SO101Env.xml_path)
     return model, scene_parts(model, SO101Env.randomized_geoms).robot
 
 
 def align(args: AlignArgs) -> dict[str, Any]:
-    from rlrobot.tasks.camera_alignment import align_camera, load_photos
-    from rlrobot.tasks.cameras import mat_to_quat
-    from rlrobot.tasks.setup import load_setup, save_setup
-
     setup = load_setup(args.setup)
     photos_camera, photos = load_photos(args.photos)
     name = _camera(setup, args.camera, photos_camera)
@@ -303,9 +288,6 @@ def align(args: AlignArgs) -> dict[str, Any]:
 
 def overlay_command(args: OverlayArgs) -> str:
     import imageio.v3 as iio
-
-    from rlrobot.tasks.camera_alignment import load_photos, overlay
-    from rlrobot.tasks.setup import load_setup
 
     setup = load_setup(args.setup)
     photos_camera, photos = load_photos(args.photos)
