@@ -58,6 +58,10 @@ from rich.console import Console
 from rich.table import Table
 
 from rlrobot.domains import NonNegative, PositiveUnit, check_domains
+from rlrobot.rewards.progress_model import load_progress_model
+from rlrobot.rewards.progress_reward import check_prm_path
+from rlrobot.tasks.setup import load_setup
+from rlrobot.tasks.so101 import JOINT_NAMES, start_pose_box
 
 from .drivers import DRIVERS, make_robot
 from .executor import ChunkExecutor, ControlLoopFault, EpisodeResult, ExecutorConfig
@@ -153,8 +157,6 @@ class DeployArgs:
         if self.reward is not None:
             if not self.reward.startswith("prm:"):
                 raise ValueError(f"reward={self.reward!r} must be prm:PATH (a model of rlrobot train --algo prm)")
-            from rlrobot.rewards.progress_reward import check_prm_path
-
             check_prm_path(self.reward[4:], "reward")
         if self.executor.rtc.enabled and self.server is not None:  # the protocol does not carry the leftover (yet)
             raise ValueError("executor.rtc.enabled needs the policy in this process (--checkpoint), not --server")
@@ -178,8 +180,6 @@ class DeployArgs:
 
             parse_cameras(self.lerobot_cameras)
         if self.setup is not None:
-            from rlrobot.tasks.setup import load_setup
-
             load_setup(self.setup)
 
 
@@ -229,8 +229,6 @@ def deploy_setup(args: DeployArgs, source, metadata: dict[str, Any]):
     the shipped default; None for a policy of the simulator state."""
     if not is_profile_policy(metadata):
         return None
-    from rlrobot.tasks.setup import load_setup
-
     if args.setup is not None:
         return load_setup(args.setup)
     cfg = getattr(source, "cfg", None)
@@ -240,8 +238,6 @@ def deploy_setup(args: DeployArgs, source, metadata: dict[str, Any]):
 def scene_setup(args: DeployArgs, source):
     """The setup a policy of the simulator state was trained with (its physics and control rate; --setup overrides),
     or None: the sighted twin then runs that scene."""
-    from rlrobot.tasks.setup import load_setup
-
     if args.setup is not None:
         return load_setup(args.setup)
     text = getattr(getattr(source, "cfg", None), "setup", "")
@@ -315,8 +311,6 @@ class PRMProgressLog:
     and forwards every frame with the model's numbers to the real recorder, if any."""
 
     def __init__(self, path: str, bridge, recorder=None):
-        from rlrobot.rewards.progress_model import load_progress_model
-
         state_dim = int(getattr(bridge, "state_dim", 0) or bridge.shadow.single_observation_space["state"].shape[0])
         # the robot side observes the state only: a PRM that reads images or another state is refused here
         self.model = load_progress_model(path, "cpu", observation_space={"state": [state_dim]})
@@ -531,8 +525,6 @@ def _check_robot_cameras(robot, bridge, source) -> None:
 
 def start_pose_problem(qpos: np.ndarray, tolerance: float) -> str | None:
     """Why an arm at ``qpos`` (rad) is too far from the start poses the SO-101 tasks train from, or None."""
-    from rlrobot.tasks.so101 import JOINT_NAMES, start_pose_box
-
     low, high = start_pose_box()
     q = np.asarray(qpos, np.float64)
     outside = np.maximum(low - q, q - high)
