@@ -309,11 +309,12 @@ class FlowNFT:
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
-    def rollout_act(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    def rollout_act(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None,
+                    policy: FlowPolicy | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         """Sample chunks with any solver from the reference policy v_old (the current policy while the reference is a
-        hard copy): (actions [B, H, A], fields to store, the current value head's value [B])."""
-        policy = self.policy
+        hard copy): (actions [B, H, A], fields to store, the current value head's value [B]). ``policy`` stands for
+        the current policy (the runners' common signature; NFT's rollouts act with the learner itself)."""
+        policy = self.policy if policy is None else policy
         emb = policy.encode(obs)
         sampler, sampler_emb = (self.reference, self.reference.encode(obs)) if self.cfg.ref_ema_max > 0 else (policy, emb)
         chain, _ = sampler.sample_chain(obs, self.cfg.sampler, emb=sampler_emb, generator=generator)

@@ -25,7 +25,13 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from rlrobot.algorithms.ppo import AdaptiveLR, clipped_value_loss, normalized_advantages, validate_ppo_common
+from rlrobot.algorithms.ppo import (
+    AdaptiveLR,
+    clipped_value_loss,
+    normalized_advantages,
+    validate_overlap,
+    validate_ppo_common,
+)
 from rlrobot.algorithms.registry import AlgorithmConfig, AlgorithmSpec, register_algorithm
 from rlrobot.checkpoints import load_config, load_section
 from rlrobot.curricula.jump_start import JSRLInput
@@ -107,8 +113,15 @@ class FlowPPOConfig(AlgorithmConfig):
     """torch.compile the minibatch loss (the chain log-probs, value and surrogate; forward and backward as generated
     kernels; on the CPU it needs a C++ compiler): the same update up to float rounding; the first update pays the
     compile (about a minute on a 2-core CPU), so it pays off in long runs and on GPUs, where it cuts kernel launches"""
+    overlap: bool = False
+    """collect the next rollout while the update runs (on a second thread): the rollout acts with the policy of one
+    update before, whose log-probs the stored chains keep, so the PPO ratio is the exact importance weight of that
+    behaviour policy and the clip bounds it (APPO's one-step staleness); the KL (adaptive lr, max_kl) is measured from
+    the policy the update starts from. Evaluations, checkpoints and the last iteration wait for the update"""
+
     def validate(self, run) -> None:
         validate_ppo_common(self, "flow_ppo")
+        validate_overlap(self, run, "flow_ppo")
         if self.rollout_chunks < 1:
             raise ValueError(f"flow_ppo.rollout_chunks must be >= 1, got {self.rollout_chunks}")
         if self.sde_mode not in SDE_MODES:
@@ -212,10 +225,11 @@ class FlowPPO:
         return torch.arange(k, device=self.device).expand(batch, k)
 
     @torch.no_grad()
-    def act(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None
+    def act(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None, policy: FlowPolicy | None = None
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample chunks: returns (actions [B, H, A], chain, steps, per-element log-probs [B, E*A], value)."""
-        policy = self.policy
+        """Sample chunks: returns (actions [B, H, A], chain, steps, per-element log-probs [B, E*A], value). ``policy``
+        acts instead of the learner (an overlapped rollout's copy of the policy of one update before)."""
+        policy = self.policy if policy is None else policy
         emb = policy.encode(obs)
         batch = emb.shape[0]
         steps = self.stochastic_steps(batch, generator)
@@ -236,10 +250,10 @@ class FlowPPO:
         initial = gaussian_log_prob(initial, torch.zeros_like(initial), torch.ones_like(initial))
         return (initial + step_log_probs.sum(1)) / (step_log_probs.shape[1] + 1)
 
-    def rollout_act(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-        """What the rollout needs: (actions [B, H, A], fields to store, value [B])."""
-        actions, chain, steps, log_probs, value = self.act(obs, generator)
+    def rollout_act(self, obs: dict[str, torch.Tensor], generator: torch.Generator | None = None,
+                    policy: FlowPolicy | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """What the rollout needs: (actions [B, H, A], fields to store, value [B]); ``policy`` as in ``act``."""
+        actions, chain, steps, log_probs, value = self.act(obs, generator, policy)
         return actions, {"chains": chain, "steps": steps, "log_probs": log_probs}, value
 
     def evaluate_chain(self, obs, chain, steps) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -261,7 +275,8 @@ class FlowPPO:
         logged: list[list[torch.Tensor]] = []  # per minibatch; read once at the end (no host round trip per minibatch)
         first_deviation: torch.Tensor | None = None
         stopped_at: torch.Tensor | None = None
-        for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
+        kl_reference = {"kl_log_probs": self._log_probs_from_here(storage)} if cfg.overlap else None
+        for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator, extra=kl_reference):
             loss, surrogate, value_loss, entropy, kl, deviation, clip_fraction = self._losses(mb, warmup)
             kl = self._reduce_mean(kl)
             if not warmup and cfg.max_kl and float(kl) > cfg.max_kl:
@@ -293,6 +308,18 @@ class FlowPPO:
         out["learner_steps"] = float(storage.learner_steps)
         return out
 
+    @torch.no_grad()
+    def _log_probs_from_here(self, storage: RolloutStorage) -> torch.Tensor:
+        """The stored chains' log-probs under the policy this update starts from (shaped like ``storage.log_probs``):
+        an overlapped run measures the KL (adaptive lr, max_kl) from here, as PPO does, since its rollout's policy is
+        one update older; the ratio keeps the rollout's log-probs (the importance weight of the stale chains)."""
+        flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
+        obs, chains, steps = {k: flat(v) for k, v in storage.obs.items()}, flat(storage.chains), flat(storage.steps)
+        size = -(-chains.shape[0] // self.cfg.num_minibatches)
+        parts = [self.evaluate_chain({k: v[i:i + size] for k, v in obs.items()}, chains[i:i + size], steps[i:i + size])[0]
+                 for i in range(0, chains.shape[0], size)]
+        return torch.cat(parts).view_as(storage.log_probs)
+
     def _minibatch_losses(self, mb: dict[str, Any], warmup: bool) -> tuple[torch.Tensor, ...]:
         """(loss, surrogate, value loss, entropy, KL(old || new) before this minibatch's step, max |ratio - 1|, clip
         fraction) of one minibatch: what ``--flow-ppo.compile`` compiles."""
@@ -307,8 +334,10 @@ class FlowPPO:
             adv = adv[:, None].expand_as(log_ratio)
         ratio = torch.exp(log_ratio)
         with torch.no_grad():
-            # k3 estimate of KL(old || new) per chunk, before this minibatch's step (Schulman's approximation)
-            chunk_log_ratio = log_ratio if log_ratio.dim() == 1 else log_ratio.sum(-1)
+            # k3 estimate of KL(old || new) per chunk, before this minibatch's step (Schulman's approximation); old is
+            # the policy this update started from where an overlapped rollout's is one update older
+            kl_log_ratio = log_ratio if "kl_log_probs" not in mb else log_probs - mb["kl_log_probs"]
+            chunk_log_ratio = kl_log_ratio if kl_log_ratio.dim() == 1 else kl_log_ratio.sum(-1)
             kl = masked_mean((chunk_log_ratio.exp() - 1) - chunk_log_ratio, mask)
         surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip))
         # dual clip: for negative advantages bound the loss by -c * A (a huge ratio cannot dominate the batch)

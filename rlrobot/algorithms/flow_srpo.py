@@ -64,6 +64,9 @@ class FlowSRPOConfig(FlowPPOConfig):
 
     def validate(self, run) -> None:
         validate_ppo_common(self, "flow_srpo")
+        if self.overlap:
+            raise ValueError("flow_srpo.overlap: Flow-SRPO's grouped rollouts restart every env each iteration and may "
+                             "skip the update; they do not overlap with it (not offered)")
         self.settings.validate("flow_srpo")
         for name in ("rollout_chunks", "num_epochs", "num_minibatches"):
             if getattr(self, name) < 1:

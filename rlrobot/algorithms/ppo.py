@@ -75,9 +75,15 @@ class PPOConfig(AlgorithmConfig):
     """torch.compile the minibatch loss (forward and backward as generated kernels; on the CPU it needs a C++
     compiler): 1.15-1.3x faster minibatch step on the development CPU, the same update up to float rounding (opt-in);
     the first update pays the compile (3-25 s measured there), so it pays off in runs of several minutes"""
+    overlap: bool = False
+    """collect the next rollout while the update runs (on a second thread): the rollout acts with the policy of one
+    update before, whose log-probs the storage keeps, so the PPO ratio is the exact importance weight of that behaviour
+    policy and the clip bounds it (APPO's one-step staleness); the adaptive lr's KL is measured from the policy the
+    update starts from. Evaluations, checkpoints and the last iteration wait for the update (a whole, current policy)"""
 
     def validate(self, run) -> None:
         validate_ppo_common(self, "ppo")
+        validate_overlap(self, run, "ppo")
         if self.rollout_steps < 1:
             raise ValueError(f"ppo.rollout_steps must be >= 1, got {self.rollout_steps}")
         per_iteration = run.num_envs * self.rollout_steps
@@ -89,6 +95,14 @@ class PPOConfig(AlgorithmConfig):
 
     def env_steps_per_iteration(self, run) -> int:
         return run.num_envs * self.rollout_steps
+
+
+def validate_overlap(cfg, run, section: str) -> None:
+    """``overlap`` runs the update on a second thread of this process: data-parallel ranks would need their collectives
+    ordered across two threads, which is not offered."""
+    if cfg.overlap and run.distributed:
+        raise ValueError(f"{section}.overlap runs the update on a second thread of one process; it does not combine "
+                         "with --distributed (drop one of them)")
 
 
 def validate_ppo_common(cfg, section: str) -> None:
@@ -247,14 +261,17 @@ class PPO:
         return reward if self.reward_normalizer is None else self.reward_normalizer(reward, done)
 
     @torch.no_grad()
-    def act(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(self, obs: dict[str, torch.Tensor], policy: ActorCritic | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions; returns (action, log_prob, value, mean, std). The Gaussian's ops are written out (the same
         ops, in the same order, as ``torch.distributions.Normal``: bit-identical samples and log-probs) because the
-        distribution object's construction and argument checks cost more than the maths at rollout batch sizes."""
-        x = self.policy.features(obs)
-        mean, std = self.policy.gaussian(x)
+        distribution object's construction and argument checks cost more than the maths at rollout batch sizes.
+        ``policy`` acts instead of the learner (an overlapped rollout's copy of the policy of one update before)."""
+        policy = self.policy if policy is None else policy
+        x = policy.features(obs)
+        mean, std = policy.gaussian(x)
         action = torch.normal(mean, std)
-        value = self.policy.critic(self.policy.critic_input(obs, x)).squeeze(-1)
+        value = policy.critic(policy.critic_input(obs, x)).squeeze(-1)
         return action, gaussian_log_prob(action, mean, std).sum(-1), value, mean, std
 
     def update(self, generator: torch.Generator | None = None) -> dict[str, float]:
@@ -263,6 +280,8 @@ class PPO:
             return {"learner_steps": 0.0, "lr": self.lr_schedule.lr, "action_std": self.policy.log_std.exp().mean().item()}
         if cfg.normalize_advantages:
             storage.advantages = normalized_advantages(storage.advantages, self.sync, storage.mask)
+        if cfg.overlap:
+            self._measure_kl_from_here(storage)
         # every step the learner's own (no JSRL guide): the masked means reduce to sum / count, the same numbers
         # (the mask's where() would keep every entry), without the mask's ops per loss term
         batch = storage.num_steps * storage.num_envs
@@ -293,6 +312,19 @@ class PPO:
         out["action_std"] = self.policy.log_std.exp().mean().item()
         out["learner_steps"] = float(storage.learner_steps)
         return out
+
+    @torch.no_grad()
+    def _measure_kl_from_here(self, storage: RolloutStorage) -> None:
+        """The adaptive lr's KL(old || new) from the policy this update starts from: an overlapped rollout acted with
+        the policy of one update before, from which the KL would start at a whole update's and the rule would cut the
+        lr to half steps. The ratio keeps the rollout's log-probs (the importance weight of the stale samples)."""
+        batch = storage.num_steps * storage.num_envs
+        obs = {k: v.reshape(batch, *v.shape[2:]) for k, v in storage.obs.items()}
+        size = -(-batch // self.cfg.num_minibatches)  # minibatch-sized forward passes (image encoders)
+        for i in range(0, batch, size):
+            mean, std = self.policy.gaussian(self.policy.features({k: v[i:i + size] for k, v in obs.items()}))
+            storage.action_mean.view(batch, -1)[i:i + size] = mean
+            storage.action_std.view(batch, -1)[i:i + size] = std
 
     def _minibatch_losses(self, mb: dict[str, Any], keep: torch.Tensor | None, count: torch.Tensor
                           ) -> tuple[torch.Tensor, ...]:

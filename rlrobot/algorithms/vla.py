@@ -73,6 +73,9 @@ class VLAFlowPPOConfig(FlowPPOConfig):
             raise ValueError("vla.path is empty: pass --vla.path DIR (a LeRobot pretrained directory on local disk) or "
                              "--init RUN (an rlrobot VLA run)")
         validate_ppo_common(self, "flow_ppo")
+        if self.overlap:
+            raise ValueError("flow_ppo.overlap keeps a second copy of the policy for the rollouts: not offered for VLA "
+                             "policies (billions of weights twice in memory)")
         if self.rollout_chunks < 1:
             raise ValueError(f"flow_ppo.rollout_chunks must be >= 1, got {self.rollout_chunks}")
         if self.noise_level <= 0:

@@ -54,6 +54,12 @@ class RolloutStorage:
         self.mask = torch.ones(num_steps, num_envs, device=device)
         self.step = 0
 
+    def empty_like(self) -> RolloutStorage:
+        """A second, empty storage of the same layout (the rollout's while the update reads this one)."""
+        obs_specs = {k: (tuple(v.shape[2:]), v.dtype) for k, v in self.obs.items()}
+        fields = {k: spec for k, spec in self.fields.items() if k not in self.GAE_FIELDS}
+        return RolloutStorage(self.num_steps, self.num_envs, obs_specs, fields, self.device)
+
     def __getattr__(self, name: str) -> torch.Tensor:
         data = self.__dict__.get("data", {})
         if name in data:
@@ -89,9 +95,9 @@ class RolloutStorage:
         return int(self.mask.sum())
 
     def minibatches(self, num_minibatches: int, num_epochs: int, generator: torch.Generator | None = None,
-                    shuffle: bool = True) -> Iterator[dict]:
+                    shuffle: bool = True, extra: dict[str, torch.Tensor] | None = None) -> Iterator[dict]:
         """``num_epochs`` passes over the rollout in ``num_minibatches`` random minibatches: ``{"obs": {...}, field:
-        tensor, "advantages", "returns", "mask"}``."""
+        tensor, "advantages", "returns", "mask"}`` and the ``extra`` tensors ([num_steps, num_envs, ...]) alongside."""
         batch = self.num_steps * self.num_envs
         size = batch // num_minibatches
         flat = lambda x: x.reshape(batch, *x.shape[2:])  # noqa: E731
@@ -99,6 +105,7 @@ class RolloutStorage:
         tensors = {name: flat(v) for name, v in self.data.items() if name not in ("rewards", "dones")}
         tensors["advantages"], tensors["returns"] = flat(self.advantages), flat(self.returns)
         tensors["mask"] = flat(self.mask)
+        tensors.update({name: flat(v) for name, v in (extra or {}).items()})
         for _ in range(num_epochs):
             perm = torch.randperm(batch, device=self.device, generator=generator) if shuffle \
                 else torch.arange(batch, device=self.device)

@@ -14,6 +14,8 @@ EVAL_OFFSET = 10_000
 EVAL_BLOCK = 10_000
 GROUP_STARTS = 1_000_000
 """training offset of the shared start states of grouped rollouts (Flow-NFT group mode, Flow-SRPO), one per iteration"""
+ROLLOUT_SAMPLING = 2_000_000
+"""training offset of the seed of an overlapped rollout's own torch generator (its exploration noise)"""
 
 
 def evaluation_seed(seed: int, index: int = 0) -> int:

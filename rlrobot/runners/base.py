@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import rlrobot
 from rlrobot.checkpoints import load_checkpoint, load_trainer_state, newest_intact_checkpoint, save_checkpoint
 from rlrobot.config import TrainConfig
-from rlrobot.envs.seeds import evaluation_seed, training_seed
+from rlrobot.envs.seeds import ROLLOUT_SAMPLING, evaluation_seed, training_seed
 from rlrobot.envs.vec_env import CURRICULUM
 from rlrobot.logging.loggers import Logger
 from rlrobot.logging.plots import plot_learning_curve
@@ -33,6 +33,7 @@ from rlrobot.policies.registry import build_policy, check_compatible, policy_kin
 from rlrobot.rewards.registry import NONE as NO_SHAPING
 from rlrobot.runners.distributed import NoSync, broadcast_module, init_distributed, parameters_identical, shutdown
 from rlrobot.runners.evaluation import evaluate
+from rlrobot.runners.overlap import OverlappedUpdates
 from rlrobot.tasks.mujoco_vec_env import default_num_threads
 
 MAX_SCHEDULED_EVALUATIONS = 10
@@ -79,6 +80,7 @@ class Runner(abc.ABC):
         self.recent_returns: deque[float] = deque(maxlen=200)
         self.recent_task_returns: deque[float] = deque(maxlen=200)  # the task's own return where a reward is shaped
         self.recent_success: deque[float] = deque(maxlen=200)
+        self.overlap: OverlappedUpdates | None = None  # set by start_overlap (--ppo.overlap, --flow-ppo.overlap)
 
     # ------------------------------------------------------------------ subclass hooks
     @abc.abstractmethod
@@ -124,6 +126,25 @@ class Runner(abc.ABC):
             return 1
         return default_num_threads()
 
+    def start_overlap(self, storage) -> None:
+        """Overlapped rollouts and updates (``rlrobot.runners.overlap``): the actor copy of ``self.policy``, a second
+        storage like ``storage`` and the rollout's own random stream, seeded from the run's training seed stream."""
+        generator = torch.Generator(device=self.device).manual_seed(training_seed(self.cfg.seed, self.sync.rank,
+                                                                                  ROLLOUT_SAMPLING))
+        self.overlap = OverlappedUpdates(self.policy, storage.empty_like(), generator, self.update_thread_count)
+
+    def pauses_after(self, iteration: int) -> bool:
+        """Whether the learn loop evaluates, checkpoints or ends once ``iteration`` iterations are done (an overlapped
+        update must have finished by then)."""
+        every = self.eval_interval()
+        return (iteration >= self.total_iterations or iteration % self.cfg.checkpoint_every == 0
+                or bool(every) and iteration % every == 0)
+
+    def settle(self) -> None:
+        """Wait for an overlapped update still running, so the policy and the algorithm's state are whole."""
+        if self.overlap is not None:
+            self.overlap.wait()
+
     @contextlib.contextmanager
     def all_cores(self) -> Iterator[None]:
         """torch on the update's threads while the simulator is idle (updates), then back to the rollout thread count."""
@@ -161,12 +182,15 @@ class Runner(abc.ABC):
         return {"train": self.cfg.to_dict(), **self.meta}
 
     def save(self) -> Path:
+        self.settle()
         extra_files, extra_meta = self.extra_checkpoint_files()
         state: dict[str, Any] = {
             "algorithm": self.algo.state_dict(), "runner": self.runner_state(), "extra_files": extra_meta,
             "rng": {"torch": torch.get_rng_state(), "generator": self.generator.get_state()},
             "iteration": self.iteration, "env_steps": self.env_steps, "wall_time": self.wall_time, "env": None,
         }
+        if self.overlap is not None:
+            state["rng"]["rollout_generator"] = self.overlap.generator.get_state()
         if hasattr(self.env, "get_state"):
             env_state = self.env.get_state()
             state["env"] = {"rng": env_state["rng"],
@@ -189,6 +213,8 @@ class Runner(abc.ABC):
         self.iteration, self.env_steps, self.wall_time = state["iteration"], state["env_steps"], state["wall_time"]
         torch.set_rng_state(state["rng"]["torch"])
         self.generator.set_state(state["rng"]["generator"])
+        if self.overlap is not None and "rollout_generator" in state["rng"]:
+            self.overlap.generator.set_state(state["rng"]["rollout_generator"])
         if not self.is_main:  # the checkpoint holds rank 0's streams; other ranks keep their own exploration noise
             torch.manual_seed(self.seed + self.iteration)
             self.generator.manual_seed(self.seed + self.iteration)
@@ -216,6 +242,8 @@ class Runner(abc.ABC):
         try:
             return self._learn()
         finally:
+            if self.overlap is not None:
+                self.overlap.close()
             if self.cfg.distributed:
                 shutdown()
 
@@ -424,6 +452,7 @@ class Runner(abc.ABC):
         return summary
 
     def evaluate(self, video: bool) -> dict[str, Any]:
+        self.settle()
         cfg = self.cfg
         env = rlrobot.make(cfg.task, cfg.eval_envs, backend=cfg.backend, device=self.device, seed=cfg.seed + 1,
                            **cfg.task_options())

@@ -7,6 +7,7 @@ ends is ``done``. Gamma discounts once per chunk, and potential-based reward wra
 (``rlrobot.rewards.set_steps_per_discount``). (An env whose episode ends mid-chunk runs the chunk's remaining actions
 in its new episode, as the batch steps in lockstep; keep ``max_episode_steps`` a multiple of ``flow.execute_steps`` so
 time-outs end on a chunk boundary.) The policy is used only through the ``FlowPolicy`` protocol, so a VLA adapter trains the same way.
+With ``--flow-ppo.overlap`` the next rollout is collected while the update runs (``rlrobot.runners.overlap``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class FlowOnPolicyRunner(Runner):
         set_steps_per_discount(self.env, self.execute_steps)  # potential-based rewards: gamma once per chunk
         self.obs_keys = tuple(cfg.flow.obs_keys)
         self.algo = self.make_algorithm()
+        if getattr(self.section, "overlap", False):
+            self.start_overlap(self.algo.storage)
 
     def make_algorithm(self) -> FlowPPO | FlowNFT:
         cfg = self.cfg
@@ -57,24 +60,37 @@ class FlowOnPolicyRunner(Runner):
         return self.cfg.flow_ppo
 
     def train_iteration(self) -> dict[str, float]:
+        if self.overlap is not None:
+            iteration = self.iteration
+            return self.overlap.iteration(self.policy, self.algo, self._rollout, lambda: self._learn_rollout(iteration),
+                                          drain=self.pauses_after(iteration + 1))
         start = time.perf_counter()
         rollout_stats = self._rollout()
         rollout_time = time.perf_counter() - start
         with self.all_cores():
-            self.algo.begin_iteration(self.iteration, self.total_iterations)
-            update_stats = self.algo.update(self.generator)
+            update_stats = self._learn_rollout(self.iteration)
         self.algo.storage.clear()
         return {"perf/rollout_fraction": rollout_time / (time.perf_counter() - start),
                 **{f"loss/{k}": v for k, v in update_stats.items()}, **rollout_stats}
 
-    def _rollout(self) -> dict[str, float]:
-        env, policy, algo = self.env, self.policy, self.algo
+    def _learn_rollout(self, iteration: int) -> dict[str, float]:
+        """The update of the rollout in ``algo.storage`` (iteration ``iteration``'s)."""
+        self.algo.begin_iteration(iteration, self.total_iterations)
+        return self.algo.update(self.generator)
+
+    def _rollout(self, policy=None, storage=None, generator: torch.Generator | None = None) -> dict[str, float]:
+        """Collect ``rollout_chunks`` chunks per env into ``storage`` (the algorithm's), acting with ``policy`` (the
+        learner) and drawing from ``generator`` (the run's)."""
+        env, algo = self.env, self.algo
+        policy = self.policy if policy is None else policy
+        storage = algo.storage if storage is None else storage
+        generator = self.generator if generator is None else generator
         section = self.section
         gamma = section.gamma
         with torch.inference_mode():
             obs = self.obs
             for _ in range(section.rollout_chunks):
-                actions, fields, value = algo.rollout_act(obs, self.generator)
+                actions, fields, value = algo.rollout_act(obs, generator, policy)
                 chunk_obs = {k: obs[k] for k in self.obs_keys}
                 chunk_reward = torch.zeros(env.num_envs, device=self.device)
                 alive = torch.ones(env.num_envs, dtype=torch.bool, device=self.device)
@@ -89,12 +105,11 @@ class FlowOnPolicyRunner(Runner):
                     alive &= ~(terminated | truncated)
                     self.track_episodes(info)
                     obs = next_obs
-                algo.storage.add(chunk_obs, learner, **fields, values=value, rewards=chunk_reward, dones=(~alive).float())
+                storage.add(chunk_obs, learner, **fields, values=value, rewards=chunk_reward, dones=(~alive).float())
             last_values = policy.value(obs)
         self.obs = obs
-        algo.storage.compute_returns(last_values, gamma, section.lam)
-        return {"train/value_mean": float(algo.storage.values.mean()),
-                "train/chunk_reward_mean": float(algo.storage.rewards.mean())}
+        storage.compute_returns(last_values, gamma, section.lam)
+        return {"train/value_mean": float(storage.values.mean()), "train/chunk_reward_mean": float(storage.rewards.mean())}
 
 
 class FlowNFTRunner(FlowOnPolicyRunner):
@@ -140,9 +155,9 @@ class FlowNFTRunner(FlowOnPolicyRunner):
                 metrics["trim/windowed_success"] = self.curriculum.windowed_success
         return metrics
 
-    def _rollout(self) -> dict[str, float]:
+    def _rollout(self, policy=None, storage=None, generator: torch.Generator | None = None) -> dict[str, float]:
         if self.section.optimality == "gae":
-            return super()._rollout()
+            return super()._rollout(policy, storage, generator)
         return self._group_rollout()
 
     def group_starts(self) -> dict[str, torch.Tensor]:

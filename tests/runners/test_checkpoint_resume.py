@@ -20,7 +20,8 @@ def small_cfg(out, total_iterations, ppo=None, **kw):
                         eval_every=0, eval_episodes=2, eval_envs=2, video=False, max_episode_steps=10, **kw)
 
 
-@pytest.mark.parametrize("ppo", [{}, {"normalize_rewards": True, "lr_schedule": "linear"}], ids=["default", "cleanrl"])
+@pytest.mark.parametrize("ppo", [{}, {"normalize_rewards": True, "lr_schedule": "linear"}, {"overlap": True}],
+                         ids=["default", "cleanrl", "overlap"])
 def test_resume_continues_exactly(tmp_path, ppo):
     straight = OnPolicyRunner(small_cfg(tmp_path / "a", 4, ppo))
     straight.learn()
