@@ -174,6 +174,14 @@ class AWAC(OfflineAlgorithm):
         loss = -(gaussian_log_prob(mean, log_std, actions) * weights).mean()
         return {"actor": loss, "weight_max": weights.max(), "log_std": log_std.mean()}
 
+    def q_and_target(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean critic Q(s, a) and the TD target r + gamma (1 - terminal) min_i Q'_i(s', a'), a' the policy's mean
+        action (the training target's sampled a' made deterministic, so the diagnostic does not jitter)."""
+        nets = self.networks
+        s, s_next = self.normalize(batch.obs), self.normalize(batch.next_obs)
+        q_next = self.q_min(nets["critic_target"], s_next, self.distribution(s_next)[0])
+        return nets["critic"](s, batch.actions).mean(0), batch.rewards + self.cfg.gamma * (~batch.terminals).float() * q_next
+
     def update(self) -> dict[str, float]:
         batch = self.sample()
         s, s_next = self.normalize(batch.obs), self.normalize(batch.next_obs)

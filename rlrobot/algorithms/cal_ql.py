@@ -183,6 +183,16 @@ class CalQL(OfflineAlgorithm):
         return {"td": td, "cql": cfg.cql_alpha * penalty.mean(1).sum(),
                 "q": q.mean(), "floored_share": floored}
 
+    def q_and_target(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean critic Q(s, a) and the TD target r + gamma (1 - terminal) min_i Q'_i(s', a'), a' the actor's mean
+        action (the training target's sampled a' made deterministic, so the diagnostic does not jitter)."""
+        nets = self.networks
+        s, s_next = self.normalize(batch.obs), self.normalize(batch.next_obs)
+        q = nets["critic"](s, batch.actions).mean(0)
+        a_next = torch.tanh(nets["actor"](s_next)[0])
+        next_q = nets["critic_target"](s_next, a_next).min(0).values
+        return q, batch.rewards + self.cfg.gamma * (~batch.terminals).float() * next_q
+
     def update(self) -> dict[str, float]:
         cfg, nets = self.cfg, self.networks
         batch = self.sample()

@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlrobot.algorithms.offline import (
+    PROBE_SEED,
     OfflineAlgorithm,
     OfflineConfig,
     adam,
@@ -286,6 +287,18 @@ class EDP(OfflineAlgorithm):
         guide_loss = -cfg.td3_alpha * q_hat.mean() / q_hat.detach().abs().mean().clamp_min(1e-6)
         return {"critic": critic_loss, "diffusion": diffusion_loss, "guide": guide_loss,
                 "actor": diffusion_loss + guide_loss, "q": q.mean()}
+
+    def q_and_target(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean critic Q(s, a) and the TD target: r + gamma (1 - terminal) V(s') (iql), or min_i Q'_i(s', a') with a'
+        from the target actor's solver on noise of a generator of its own, seeded afresh (td3: the same a' every call)."""
+        nets = self.networks
+        s, s_next = self.normalize(batch.obs), self.normalize(batch.next_obs)
+        if self.cfg.objective == "iql":
+            next_value = nets["value"](s_next).squeeze(-1)
+        else:
+            probe = torch.Generator(device=self.device).manual_seed(PROBE_SEED)
+            next_value = nets["critic_target"](s_next, self.sample_actions(s_next, nets["actor_target"], probe)).min(0).values
+        return nets["critic"](s, batch.actions).mean(0), batch.rewards + self.cfg.gamma * (~batch.terminals).float() * next_value
 
     def update(self) -> dict[str, float]:
         cfg, nets = self.cfg, self.networks

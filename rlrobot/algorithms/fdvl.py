@@ -190,6 +190,12 @@ class FDVL(OfflineAlgorithm):
         return {"value": value_loss, "critic": critic_loss, "actor": actor_loss, "q": q.mean(), "v": v[:n].mean(),
                 "advantage": advantage.mean(), "weight": weights.mean(), "above_v": (advantage > 0).float().mean()}
 
+    def q_and_target(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean critic Q(s, a) and its TD target r + gamma (1 - terminal) V(s') (the critics' Huber loss aside)."""
+        s, s_next = self.normalize(batch.obs), self.normalize(batch.next_obs)
+        next_v = self.networks["value"](s_next).squeeze(-1)
+        return self.networks["critic"](s, batch.actions).mean(0), batch.rewards + self.cfg.gamma * (~batch.terminals).float() * next_v
+
     def update(self) -> dict[str, float]:
         stats = self.losses(self.sample())
         for group in self.optimizers["actor"].param_groups:

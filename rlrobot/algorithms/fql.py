@@ -218,6 +218,15 @@ class FQL(OfflineAlgorithm):
         """ODE_theta(s, z): the BC flow's action for noise z (the distillation target)."""
         return integrate_flow(self.networks["bc_flow"], s, z, self.cfg.flow_steps)
 
+    def q_and_target(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean critic Q(s, a) and the TD target r + gamma (1 - terminal) agg_j Qbar_j(s', mu(s', 0)): the training
+        target with the one-step policy's noise at zero (the diagnostic does not jitter with the draw)."""
+        nets = self.networks
+        s, s_next = self.normalize(batch.obs), self.normalize(batch.next_obs)
+        a_next = self.onestep_actions(s_next, torch.zeros(len(s_next), self.action_dim, device=self.device))
+        next_q = aggregate(nets["target_critic"](s_next, a_next), self.cfg.q_agg)
+        return nets["critic"](s, batch.actions).mean(0), td_target(batch.rewards, batch.terminals, self.cfg.gamma, next_q)
+
     def update(self) -> dict[str, float]:
         cfg, nets = self.cfg, self.networks
         batch = self.sample()

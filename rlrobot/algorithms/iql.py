@@ -85,6 +85,13 @@ class IQL(OfflineAlgorithm):
         return {"value": value_loss, "critic": critic_loss, "actor": actor_loss, "q": q.mean(), "v": v.mean(),
                 "advantage": advantage.mean(), "weight": weights.mean()}
 
+    def q_and_target(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean critic Q(s, a) and the TD target r + gamma (1 - terminal) V(s') (the workflow's diagnostics)."""
+        s, s_next = self.normalize(batch.obs), self.normalize(batch.next_obs)
+        q = self.networks["critic"](s, batch.actions).mean(0)
+        next_v = self.networks["value"](s_next).squeeze(-1)
+        return q, batch.rewards + self.cfg.gamma * (~batch.terminals).float() * next_v
+
     def update(self) -> dict[str, float]:
         stats = self.losses(self.sample())
         opt = self.optimizers["all"]

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import abc
 import functools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import torch
 from torch import nn
@@ -45,7 +45,7 @@ from torch import nn
 from rlrobot.algorithms.registry import ALGORITHMS, AlgorithmConfig, AlgorithmSpec, algorithm_spec
 from rlrobot.algorithms.sft import DatasetInput, adopt_scaled_budget
 from rlrobot.checkpoints import load_section, saved_train
-from rlrobot.domains import NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
+from rlrobot.domains import Domain, NonNegativeInt, Positive, PositiveInt, PositiveUnit, UnitInterval
 from rlrobot.policies.normalizer import RunningNormalizer
 from rlrobot.policies.registry import PolicySpec, register_policy
 from rlrobot.sections import Section
@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 OFFLINE_RUNNER = "rlrobot.runners.offline:OfflineRunner"
 OFFLINE_POLICY_KIND = "offline"
+PROBE_SIZE, PROBE_SEED = 2048, 20_221_015
+"""the workflow diagnostics' fixed transitions: how many, and the seed of their own generator"""
 
 
 @dataclass
@@ -89,9 +91,17 @@ class OfflineConfig(AlgorithmConfig):
     """discount"""
     max_episodes: NonNegativeInt = 0
     """use only the first N episodes of the dataset (0 = all)"""
+    holdout_fraction: Annotated[float, Domain(0.0, 1.0, high_open=True)] = 0.0
+    """share of the dataset's episodes (the last ones) kept out of training: the workflow diagnostics report the TD
+    error on them beside the training one (``rlrobot offline-check``); 0 = train on every episode"""
 
     def validate(self, run) -> None:
         name = run.spec.config_field
+        if not 0.0 <= self.holdout_fraction < 1.0:
+            raise ValueError(f"{name}.holdout_fraction must be in [0, 1) (share of episodes held out), got {self.holdout_fraction}")
+        if self.holdout_fraction > 0 and not logs_workflow_metrics(run.spec.learner):
+            raise ValueError(f"{name}.holdout_fraction must be 0 for algo={run.spec.name!r} (no critic on the dataset's actions "
+                             f"to diagnose); the algorithms that log the workflow metrics: {', '.join(workflow_algorithm_names())}")
         for field in ("batch_size", "updates_per_iteration"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{name}.{field} must be >= 1, got {getattr(self, field)}")
@@ -132,6 +142,12 @@ def offline_algorithm_names() -> tuple[str, ...]:
     return tuple(spec.name for spec in ALGORITHMS.specs() if spec.policy_kind == OFFLINE_POLICY_KIND)
 
 
+def workflow_algorithm_names() -> tuple[str, ...]:
+    """The offline algorithms that log the workflow metrics (a critic on the dataset's actions: ``q_and_target``)."""
+    return tuple(spec.name for spec in ALGORITHMS.specs()
+                 if spec.policy_kind == OFFLINE_POLICY_KIND and logs_workflow_metrics(spec.learner))
+
+
 def offline_spec(name: str, summary: str, config: type[OfflineConfig], learner: type[OfflineAlgorithm],
                  **capabilities: Any) -> AlgorithmSpec:
     """The ``AlgorithmSpec`` of an offline algorithm: the offline runner builds ``learner``; the ``offline`` policy kind,
@@ -156,10 +172,13 @@ class OfflineAlgorithm(abc.ABC):
         self.generator = generator if generator is not None else torch.Generator(device=self.device).manual_seed(0)
         self.networks = nn.ModuleDict()
         self.networks["obs_norm"] = RunningNormalizer(obs_dim).to(self.device)
+        self.holdout: Transitions | None = None
         if data is not None:
             if len(data) == 0:
                 raise ValueError("the dataset holds no transitions")
-            self.networks["obs_norm"].update(data.obs["state"].float())
+            if getattr(cfg, "holdout_fraction", 0.0) > 0:  # before the normaliser: held-out states stay unseen
+                self.data, self.holdout = split_episodes(data, cfg.holdout_fraction)
+            self.networks["obs_norm"].update(self.data.obs["state"].float())
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.updates = 0
 
@@ -197,7 +216,42 @@ class OfflineAlgorithm(abc.ABC):
     def act(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
         """Actions in [-1, 1]: [N, A] (or [N, chunk_size, A])."""
 
+    def q_and_target(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Q(s, a) of the batch's own actions and the TD target the critics are fitted to, both [B], for the offline-RL
+        workflow's diagnostics (``workflow_metrics``); None for an algorithm without one (BC, RQL's values of action chunks,
+        ReCOIL's reward-free critic)."""
+        return None
+
     # ------------------------------------------------------------------ shared
+    @torch.no_grad()
+    def workflow_metrics(self) -> dict[str, float]:
+        """The training-time diagnostics of Kumar et al.'s offline-RL workflow, on fixed probe transitions (drawn once,
+        apart from the training stream): ``q_data``, the mean Q of the dataset's own actions (its trend tells
+        overfitting: conservative critics push it down once they overfit); ``td_train``, the mean squared TD error
+        over the variance of the TD targets (1 - R^2 of the critic's fit: high when it underfits); ``td_holdout``, the
+        same on held-out episodes (``holdout_fraction``; rising while ``td_train`` falls when it overfits)."""
+        if self.data is None:
+            return {}
+        if not hasattr(self, "_probes"):
+            probe = torch.Generator(device=self.device).manual_seed(PROBE_SEED)
+            self._probes = {name: part.index(torch.randint(len(part), (PROBE_SIZE,), generator=probe, device=self.device))
+                            for name, part in (("train", self.data), ("holdout", self.holdout)) if part is not None}
+        out: dict[str, float] = {}
+        was_training = self.networks.training
+        self.networks.train(False)
+        try:
+            for name, batch in self._probes.items():
+                fitted = self.q_and_target(batch)
+                if fitted is None:
+                    return {}
+                q, target = fitted
+                if name == "train":
+                    out["q_data"] = q.mean()
+                out[f"td_{name}"] = (q - target).square().mean() / target.var().clamp_min(1e-8)
+        finally:
+            self.networks.train(was_training)
+        return as_float(out)
+
     def normalize(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """The normalised state observation [N, obs_dim] (mean / std of the dataset)."""
         return self.networks["obs_norm"](obs["state"].float())
@@ -285,6 +339,22 @@ register_policy(PolicySpec(OFFLINE_POLICY_KIND, "offline_policy", OfflinePolicyC
 
 
 # ---------------------------------------------------------------------- shared pieces
+def logs_workflow_metrics(learner: type | None) -> bool:
+    """Whether an offline learner class gives ``q_and_target`` (and so logs the workflow metrics)."""
+    return learner is not None and issubclass(learner, OfflineAlgorithm) and learner.q_and_target is not OfflineAlgorithm.q_and_target
+
+
+def split_episodes(data: Transitions, holdout_fraction: float) -> tuple[Transitions, Transitions]:
+    """(the transitions of the first episodes, those of the last ``holdout_fraction`` of them: at least one, never all)."""
+    episodes = torch.unique(data.episode_index)
+    held = min(len(episodes) - 1, max(1, round(holdout_fraction * len(episodes))))
+    if held < 1:
+        raise ValueError(f"holdout_fraction={holdout_fraction} needs a dataset of at least 2 episodes, it has {len(episodes)}")
+    in_holdout = torch.isin(data.episode_index, episodes[len(episodes) - held:])
+    train, holdout = (data.index(torch.nonzero(mask).squeeze(-1)) for mask in (~in_holdout, in_holdout))
+    return replace(train, episode_end=None), replace(holdout, episode_end=None)  # ends recomputed in each part
+
+
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
     """IQL's expectile regression, mean of |tau - 1(u < 0)| u^2 with u = target - prediction (IQL: u = Q - V).
 

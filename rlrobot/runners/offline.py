@@ -105,6 +105,7 @@ class OfflineRunner(Runner):
         elapsed = time.perf_counter() - start
         out: dict[str, Any] = {f"loss/{k}": v / max(n, 1) for k, v in totals.items()}
         out["perf/gradient_steps_per_s"] = n / max(elapsed, 1e-9)
+        out.update({f"workflow/{k}": v for k, v in self.algo.workflow_metrics().items()})  # rlrobot offline-check
         return out
 
 
