@@ -653,6 +653,8 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
         "late_chunks": sum(e.late_chunks for e in episodes),
         "refused_chunks": sum(e.refused_chunks for e in episodes),
         "interventions": dict(sorted(supervisor.interventions.items())),
+        "changed": {"steps": supervisor.changed["steps"], "max_rad": supervisor.changed["max_rad"],
+                    "mean_rad": supervisor.changed["sum_rad"] / max(supervisor.changed["steps"], 1)},
         "limits": {"max_joint_velocity": args.safety.max_joint_velocity,
                    "max_joint_acceleration": args.safety.max_joint_acceleration},
         "round_trip": round_trip,
@@ -686,6 +688,22 @@ def _ms(stats: dict[str, Any], key: str) -> str:
     return f"{stats[key]:.1f} ms" if key in stats else "-"
 
 
+def safety_line(summary: dict[str, Any]) -> str:
+    """What the supervisor changed: on how many acting steps, by how much (the largest joint's distance from the
+    policy's target), which limits, and every other intervention."""
+    limits, changed = summary["limits"], summary["changed"]
+    acting = summary["steps"] - summary["holds"]
+    limit_text = (f"limits {limits['max_joint_velocity']:g} rad/s, {limits['max_joint_acceleration']:g} rad/s^2; "
+                  "--verbose logs each one")
+    kinds = ", ".join(f"{k} {v}" for k, v in summary["interventions"].items()) or "none"
+    if not changed["steps"]:
+        return f"safety: every command reached the arm as the policy asked; interventions: {kinds} ({limit_text})"
+    return (f"safety: the supervisor moved {changed['steps']} of {acting} commands ({changed['steps'] / max(acting, 1):.0%}) "
+            f"away from the policy's target, by {changed['mean_rad']:.3f} rad on average and {changed['max_rad']:.3f} rad "
+            f"({math.degrees(changed['max_rad']):.1f} deg) at most (largest joint); interventions: {kinds} ({limit_text}). "
+            "A policy trained in the arm's profile (--obs-mode lerobot) is held to the same servo limits in simulation")
+
+
 def print_report(console: Console, summary: dict[str, Any], json_out: str | None) -> None:
     """The per-episode table and a readable summary (the full numbers are in --json-out)."""
     table = Table(title=f"{summary['task']} on the {summary['robot']}", title_justify="left")
@@ -702,13 +720,8 @@ def print_report(console: Console, summary: dict[str, Any], json_out: str | None
     if summary["success_rate"] is not None:
         lines.append(f"success: {round(summary['success_rate'] * n)}/{n} ({summary['success_rate']:.0%})"
                      + (f", mean return {summary['mean_return']:.1f}" if summary["mean_return"] is not None else ""))
-    lines.append(f"holds: {summary['holds']} of {steps} steps; {HOLDS_HELP}")
-    limits = summary["limits"]
-    kinds = ", ".join(f"{k} {v}" for k, v in summary["interventions"].items()) or "none"
-    lines.append(f"safety: the supervisor changed the command on {summary['clamped_steps']} of {steps - summary['holds']} "
-                 f"acting steps ({summary['clamped_steps'] / max(steps - summary['holds'], 1):.0%}); interventions: "
-                 f"{kinds} (limits {limits['max_joint_velocity']:g} rad/s, {limits['max_joint_acceleration']:g} rad/s^2; "
-                 f"--verbose logs each one)")
+    lines.append(f"holds: {summary['holds']} of {steps} steps; {HOLDS_HELP}" if summary["holds"] else "holds: none")
+    lines.append(safety_line(summary))
     rt, jitter = summary["round_trip"], summary["control_jitter"]
     lines.append(f"timing: round trip median {_ms(rt, 'median_ms')}, p99 {_ms(rt, 'p99_ms')}; control jitter p99 "
                  f"{_ms(jitter, 'p99_ms')}; {summary['late_chunks']} late and {summary['refused_chunks']} refused answers, "

@@ -135,6 +135,8 @@ class SafetySupervisor:
         self.max_step = cfg.max_joint_velocity * dt
         self.max_change = cfg.max_joint_acceleration * dt**2
         self.interventions: Counter[str] = Counter()
+        self.changed = {"steps": 0, "sum_rad": 0.0, "max_rad": 0.0}
+        """acting commands the supervisor moved away from the policy's target, and by how much (largest joint, rad)"""
         self.estopped = False
         """the latch: set by an e-stop, a watchdog disable or a control-loop fault"""
         self.estop_reason = ""
@@ -312,6 +314,9 @@ class SafetySupervisor:
         if targets is None or targets.shape != self._last.shape or not np.isfinite(targets).all():
             self._count("nonfinite", f"rejected {str(targets)[:200]}")
             return self._brake()
+        return self._note_change(targets, self._limit(targets))
+
+    def _limit(self, targets: np.ndarray) -> np.ndarray:
         clamped = targets.clip(self.joint_low, self.joint_high)
         if np.abs(clamped - targets).max() > ENCODER_STEP:  # every clamp is applied; counted when the servo can see it
             self._count("joint_limit", f"{targets} -> {clamped}")
@@ -331,6 +336,14 @@ class SafetySupervisor:
                 self._count("workspace", "step shortened to brake before the box")
             step = allowed
         return self._emit(self._last + step)
+
+    def _note_change(self, targets: np.ndarray, command: np.ndarray) -> np.ndarray:
+        gap = float(np.abs(command - targets).max())
+        if gap > ENCODER_STEP:
+            self.changed["steps"] += 1
+            self.changed["sum_rad"] += gap
+            self.changed["max_rad"] = max(self.changed["max_rad"], gap)
+        return command
 
     def stop(self) -> np.ndarray:
         """The command of a hold tick: brake towards rest at the acceleration limit (at rest: stay). Refuses when

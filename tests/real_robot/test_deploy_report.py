@@ -28,9 +28,14 @@ def test_table_and_summary_instead_of_per_step_lines(expert_checkpoint, tmp_path
         ["episode 1/3", "episode 2/3", "episode 3/3"]
     header = next(line for line in lines if "episode" in line and "clamped" in line and "ended" in line)
     assert all(column in header for column in ("steps", "success", "return", "ended"))
-    assert "a hold is a control tick on which the arm kept still" in text
-    clamped = report["clamped_steps"]
-    assert clamped > 30 and f"changed the command on {clamped} of 150 acting steps" in text
+    # holds are explained only when there were some
+    assert ("a hold is a control tick on which the arm kept still" in text) == (report["holds"] > 0)
+    assert report["holds"] > 0 or "holds: none" in text
+    clamped, changed = report["clamped_steps"], report["changed"]
+    acting = report["steps"] - report["holds"]
+    assert clamped > 30 and f"the supervisor moved {changed['steps']} of {acting} commands" in text
+    assert changed["steps"] > 30 and 0 < changed["mean_rad"] <= changed["max_rad"]
+    assert f"{changed['max_rad']:.3f} rad" in text  # by how much, not only how often
     assert "velocity" in report["interventions"] and "--verbose" in text
     # the full JSON keeps every number, per episode too
     assert len(report["per_episode"]) == 3 and sum(e["clamped_steps"] for e in report["per_episode"]) == clamped

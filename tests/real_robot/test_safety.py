@@ -27,6 +27,16 @@ def test_joint_limits_and_velocity_clamp():
     assert out[0] == pytest.approx(1.0)  # reaches the limit, never beyond
 
 
+def test_the_supervisor_records_by_how_much_it_moved_each_changed_command():
+    sup = supervisor(max_joint_velocity=1.0, max_joint_acceleration=39.0)
+    sup.filter(np.array([0.05, 0.0, 0.0]))  # within every limit: unchanged, not recorded
+    assert sup.changed == {"steps": 0, "sum_rad": 0.0, "max_rad": 0.0}
+    sup.filter(np.array([0.5, 0.0, 0.0]))  # 0.45 rad away, 0.1 rad allowed per step: the command lands at 0.15
+    sup.filter(np.array([5.0, 0.0, 0.0]))  # 5 rad asked: 4.75 rad from the command at 0.25
+    assert sup.changed["steps"] == 2
+    assert sup.changed["max_rad"] == pytest.approx(4.75) and sup.changed["sum_rad"] == pytest.approx(0.35 + 4.75)
+
+
 def test_acceleration_clamp():
     sup = supervisor(max_joint_velocity=4.7, max_joint_acceleration=2.0)  # 0.02 rad of step change per step
     steps = [sup.filter(np.array([1.0, 0.0, 0.0]))[0] for _ in range(3)]
