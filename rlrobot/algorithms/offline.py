@@ -49,6 +49,7 @@ from rlrobot.domains import Domain, NonNegativeInt, Positive, PositiveInt, Posit
 from rlrobot.policies.normalizer import RunningNormalizer
 from rlrobot.policies.registry import PolicySpec, register_policy
 from rlrobot.sections import Section
+from rlrobot.tasks.profile import PROFILE_OBS_MODE
 from rlrobot.tasks.registry import is_adapter_task
 
 if TYPE_CHECKING:
@@ -120,9 +121,9 @@ class OfflineConfig(AlgorithmConfig):
             raise ValueError(f"labelled_fraction must be in (0, 1] (share of episodes that keep their actions), got {fraction}")
         if getattr(run, "inverse_dynamics_steps", 1) < 1:
             raise ValueError(f"inverse_dynamics_steps must be >= 1, got {run.inverse_dynamics_steps}")
-        if not is_adapter_task(run.task) and "state" not in run.obs_mode.split("+"):
+        if not is_adapter_task(run.task) and run.obs_mode != PROFILE_OBS_MODE and "state" not in run.obs_mode.split("+"):
             raise ValueError(f"algo={run.algo!r} trains on state observations; obs_mode={run.obs_mode!r} has none "
-                             "(use state or state+rgb)")
+                             f"(use state, state+rgb or {PROFILE_OBS_MODE}, whose state is the six joint readings)")
 
     def env_steps_per_iteration(self, run) -> int:
         return 0  # learns from the dataset; the env is only evaluated

@@ -127,9 +127,6 @@ def test_a_profile_dataset_trains_with_sft_and_the_prm(sim_dataset, real_format_
     assert (prm / "checkpoints" / "latest").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="rlrobot/algorithms/offline.py refuses obs modes without 'state' in their name; "
-                                       "the profile's 'state' is the six joint readings (its owner is asked to accept "
-                                       "obs_mode='lerobot')")
 def test_a_profile_dataset_trains_with_bc(real_format_dataset, tmp_path):
     from rlrobot.cli import main
 
