@@ -183,7 +183,7 @@ def test_offline_check_tells_an_overfitting_run_from_an_underfitting_one(algo, r
     """Overfitting: 6 of the 40 episodes, 3 of them held out, 256x256 networks, 1,600 steps (small data, large net).
     Underfitting: all 40 episodes (4 held out), 2 hidden units (large data, small net). Measured (IQL, seed 0): overfit
     held-out TD error 1.01 of the targets' variance, 147x the training one (0.0069), lowest at step 800; underfit
-    training TD error 3.14."""
+    training TD error 3.14. Cal-QL (seed 0): overfit 0.69, 10x the training one (0.07); underfit 0.40."""
     over = _run(tmp_path / "over", reach_noisy, algo, gradient_steps=1600, max_episodes=6, holdout_fraction=0.5,
                 hidden=(256, 256), batch_size=64)
     under = _run(tmp_path / "under", reach_noisy, algo, gradient_steps=1600, holdout_fraction=0.1, hidden=(2,), batch_size=64)
