@@ -229,16 +229,34 @@ def newest_intact_checkpoint(ckpt_dir: str | Path, report=print) -> Path:
     raise CheckpointError(f"no intact checkpoint in {ckpt_dir}: " + "; ".join(problems))
 
 
+def refuse_lerobot_directory(ckpt: Path, saved: Any) -> None:
+    """A LeRobot pretrained directory (config.json with its policy ``type``, no run config) is not an rlrobot
+    checkpoint: a one-line CheckpointError saying what it is and how to start a run from it, before any weight loads."""
+    if not isinstance(saved, dict) or "train" in saved or not isinstance(saved.get("type"), str):
+        return
+    kind = saved["type"]
+    raise CheckpointError(f"{ckpt} is a LeRobot pretrained directory (policy type {kind!r}), not an rlrobot checkpoint: "
+                          f"eval, serve, deploy and --init take an rlrobot run; start one from it with `rlrobot train "
+                          f"--algo vla-sft --vla.path {ckpt} ...` (or --algo vla-flow-noise / vla-flow-sde) and give "
+                          f"that run's directory")
+
+
 def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
-    """(weights, config.json contents, checkpoint directory); a damaged file is named in a CheckpointError."""
+    """(weights, config.json contents, checkpoint directory); a damaged file is named in a CheckpointError, and a
+    LeRobot pretrained directory is refused before its weights load."""
     ckpt = resolve_checkpoint(path)
+    saved = _read_json(ckpt / "config.json")
+    refuse_lerobot_directory(ckpt, saved)
     verify_checkpoint(ckpt)
-    return _load_tensors(ckpt / "model.safetensors"), _read_json(ckpt / "config.json"), ckpt
+    return _load_tensors(ckpt / "model.safetensors"), saved, ckpt
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    """The config.json of a checkpoint (without loading its weights)."""
-    return _read_json(resolve_checkpoint(path) / "config.json")
+    """The config.json of a checkpoint (without loading its weights); a LeRobot pretrained directory is refused."""
+    ckpt = resolve_checkpoint(path)
+    saved = _read_json(ckpt / "config.json")
+    refuse_lerobot_directory(ckpt, saved)
+    return saved
 
 
 def load_trainer_state(ckpt: Path) -> dict[str, Any]:
