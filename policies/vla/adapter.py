@@ -9,21 +9,25 @@
 * ``FlowSampling`` supplies the denoising loop and the exact per-step log-probs (not LeRobot's no-grad
   ``sample_actions``). Time convention as openpi / LeRobot: t = 1 is noise, x_t = t eps + (1 - t) a, v = eps - a.
 
-The padded action dims (``max_action_dim`` beyond the task's) stay at 0, the mode of their noise, over the whole chain:
-their clean target is 0 in LeRobot's training, so they carry no information and no log-prob.
+The padded action dims (``max_action_dim`` beyond the task's) are integrated as LeRobot's ``sample_actions`` integrates
+them: they start at the noise's mode 0 (or at given noise) and follow the ODE with the expert's own velocity, so our
+deterministic chunk equals LeRobot's ``predict_action_chunk`` for the same noise. The public chain holds the task's
+dims only; the padded ones are a deterministic function of the observation and that chain (no noise, no log-prob),
+recomputed from it by ``chain_log_prob``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
 
 from rlrobot.policies.actor_critic import mlp
-from rlrobot.policies.flow import FlowSampling, time_grid
+from rlrobot.policies.flow import SAMPLE_MODES, FlowSampling, gaussian_log_prob, time_grid
 
 from .config import VLAConfig
 
@@ -88,6 +92,9 @@ class VLAPolicy(nn.Module, FlowSampling):
         self.execute_steps = cfg.execute_steps or cfg.chunk_size
         self.flat_dim = self.chunk_size * action_dim
         self.max_action_dim = int(lerobot_policy.config.max_action_dim)
+        self.padded_dim = self.max_action_dim - action_dim
+        self._padded: torch.Tensor | None = None  # the padded dims' state [B, H, P] while a chain is integrated
+        self._padded_velocity: torch.Tensor | None = None
         self.tokenizer = tokenizer
         if state_dim is not None:
             self.register_buffer("state_mean", torch.zeros(state_dim))
@@ -168,16 +175,92 @@ class VLAPolicy(nn.Module, FlowSampling):
         return VLAEncoding(_cache_layers(cache), pad_masks, prefix_mean, extra)
 
     def velocity(self, x_t: torch.Tensor, t: torch.Tensor, emb: VLAEncoding) -> tuple[torch.Tensor, torch.Tensor]:
-        """LeRobot's denoise_step on our flat chunk: (velocity [B, H*A], expert features [B, H*W])."""
+        """LeRobot's denoise_step on our flat chunk: (velocity [B, H*A], expert features [B, H*W]). The padded dims
+        are the chain's current padded state inside ``sample_chain`` / ``chain_log_prob`` (their velocity is kept for
+        the next step), 0 elsewhere (flow-matching targets, the pi0 critic)."""
         bsize = x_t.shape[0]
         x = x_t.reshape(bsize, self.chunk_size, self.action_dim)
-        x = nn.functional.pad(x, (0, self.max_action_dim - self.action_dim))
+        padded = self._padded if self._padded is not None else x.new_zeros(bsize, self.chunk_size, self.padded_dim)
+        x = torch.cat([x, padded.to(x.dtype)], dim=-1)
         self._features.clear()
         with self._autocast(x_t.device):
             v = self._denoise(emb, x, t.float())
         features = self._features.pop().float()
         self._features.clear()
+        self._padded_velocity = v[:, :, self.action_dim:].float()
         return v[:, :, :self.action_dim].float().reshape(bsize, -1), features.reshape(bsize, -1)
+
+    @contextmanager
+    def _padded_state(self, padded: torch.Tensor) -> Iterator[None]:
+        self._padded = padded
+        try:
+            yield
+        finally:
+            self._padded, self._padded_velocity = None, None
+
+    def _padded_start(self, batch: int, device: torch.device, padded_init: torch.Tensor | None) -> torch.Tensor:
+        if padded_init is None:
+            return torch.zeros(batch, self.chunk_size, self.padded_dim, device=device)
+        if tuple(padded_init.shape) != (batch, self.chunk_size, self.padded_dim):
+            raise ValueError(f"padded_init has shape {list(padded_init.shape)}; expected "
+                             f"[{batch}, {self.chunk_size}, {self.padded_dim}] (batch, chunk, max_action_dim - action_dim)")
+        return padded_init.to(device=device, dtype=torch.float32)
+
+    def sample_chain(self, obs: dict[str, torch.Tensor], mode: str = "ode", noise_level: float = 0.5,
+                     stochastic_steps: torch.Tensor | None = None, generator: torch.Generator | None = None,
+                     emb: VLAEncoding | None = None, x_init: torch.Tensor | None = None,
+                     padded_init: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``FlowSampling.sample_chain`` (same chain [B, K + 1, H*A] and log-probs [B, K, H*A]) with the padded dims
+        integrated alongside by the ODE step, from ``padded_init`` [B, H, P] (default 0, the noise's mode)."""
+        if mode not in SAMPLE_MODES:
+            raise ValueError(f"mode={mode!r} is not one of {SAMPLE_MODES}")
+        emb = self.encode(obs) if emb is None else emb
+        batch = emb.shape[0]
+        x = torch.randn(batch, self.flat_dim, device=emb.device, generator=generator) if x_init is None else x_init
+        grid = time_grid(self.denoising_steps, emb.device)
+        chain, log_probs = [x], []
+        with self._padded_state(self._padded_start(batch, emb.device, padded_init)):
+            for k in range(self.denoising_steps):
+                ks = torch.full((batch,), k, device=emb.device, dtype=torch.long)
+                mean, std, ode_mean = self.step_distribution(x, ks, emb, mode, noise_level)
+                self._padded = self._padded - (grid[k] - grid[k + 1]) * self._padded_velocity
+                if mode == "ode":
+                    x = mean
+                    log_probs.append(torch.zeros_like(mean))
+                else:
+                    active = torch.ones(batch, 1, dtype=torch.bool, device=emb.device) if stochastic_steps is None \
+                        else stochastic_steps[:, k:k + 1]
+                    drawn = mean + std * torch.randn(mean.shape, device=emb.device, generator=generator)
+                    x = torch.where(active, drawn, ode_mean)
+                    log_probs.append(torch.where(active, gaussian_log_prob(x, mean, std.clamp_min(1e-12)),
+                                                 torch.zeros_like(mean)))
+                chain.append(x)
+        return torch.stack(chain, dim=1), torch.stack(log_probs, dim=1)
+
+    def chain_log_prob(self, obs: dict[str, torch.Tensor], chain: torch.Tensor, steps: torch.Tensor, mode: str,
+                       noise_level: float = 0.5, emb: VLAEncoding | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``FlowSampling.chain_log_prob`` for a chain whose padded dims started at 0: their states along the stored
+        chain are recomputed first (no gradient: like a stored input, as a chain that kept them would give them), then
+        all S stored steps are evaluated in one batched pass with gradients."""
+        emb = self.encode(obs) if emb is None else emb
+        batch, num = steps.shape
+        grid = time_grid(self.denoising_steps, chain.device)
+        padded = [torch.zeros(batch, self.chunk_size, self.padded_dim, device=chain.device)]
+        with torch.no_grad(), self._padded_state(padded[0]):
+            for k in range(int(steps.max()) if steps.numel() else 0):
+                ks = torch.full((batch,), k, device=chain.device, dtype=torch.long)
+                self.step_distribution(chain[:, k], ks, emb, mode, noise_level)
+                self._padded = self._padded - (grid[k] - grid[k + 1]) * self._padded_velocity
+                padded.append(self._padded)
+        padded_in = torch.stack(padded, dim=1)[torch.arange(batch, device=chain.device)[:, None], steps]
+        x_in = chain.gather(1, steps[:, :, None].expand(-1, -1, chain.shape[-1]))
+        x_out = chain.gather(1, (steps + 1)[:, :, None].expand(-1, -1, chain.shape[-1]))
+        with self._padded_state(padded_in.reshape(batch * num, self.chunk_size, self.padded_dim)):
+            mean, std, _ = self.step_distribution(x_in.reshape(batch * num, -1), steps.reshape(-1),
+                                                  emb.repeat_interleave(num, dim=0), mode, noise_level)
+        mean, std = mean.reshape(batch, num, -1), std.reshape(batch, num, -1)
+        return gaussian_log_prob(x_out, mean, std), std, emb
 
     def noise_std(self, features: torch.Tensor) -> torch.Tensor:
         f = features.reshape(len(features), self.chunk_size, self.expert_width)

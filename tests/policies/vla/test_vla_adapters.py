@@ -65,7 +65,8 @@ def _normal(x, mean, std):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_chain_log_probs_equal_independent_per_step_gaussians(variant, tiny_dirs, lift):
     """sample_chain's and chain_log_prob's per-step log-densities against torch.distributions.Normal on means / stds
-    recomputed step by step from the adapter's velocity and noise head (Flow-Noise) or the SDE formula (Flow-SDE)."""
+    recomputed step by step from the adapter's velocity (the padded dims carried along) and noise head (Flow-Noise) or
+    the SDE formula (Flow-SDE); chain_log_prob of a single later step (the padded dims recomputed) agrees too."""
     policy = _policy(tiny_dirs, lift, variant)
     _, obs, _ = lift
     k = policy.denoising_steps
@@ -77,9 +78,12 @@ def test_chain_log_probs_equal_independent_per_step_gaussians(variant, tiny_dirs
             chain, log_probs = policy.sample_chain(obs, mode, 0.5, generator=g, emb=emb)
             assert chain.shape == (2, k + 1, policy.flat_dim)
             sigmas = sde_sigmas(grid, 0.5)
+            padded = torch.zeros(2, policy.chunk_size, policy.padded_dim)  # LeRobot's padded dims, integrated by the ODE
             for step in range(k):
                 x, t, dt = chain[:, step], grid[step], grid[step] - grid[step + 1]
-                v, feats = policy.velocity(x, t.expand(2), emb)
+                with policy._padded_state(padded):
+                    v, feats = policy.velocity(x, t.expand(2), emb)
+                    padded = padded - dt * policy._padded_velocity
                 if mode == "noise":
                     mean, std = x - dt * v, policy.noise_std(feats)
                 else:
@@ -92,6 +96,8 @@ def test_chain_log_probs_equal_independent_per_step_gaussians(variant, tiny_dirs
             steps = torch.arange(k).expand(2, k)
             again, _, _ = policy.chain_log_prob(obs, chain, steps, mode, 0.5)
             torch.testing.assert_close(again, log_probs, rtol=1e-4, atol=1e-4)
+            last, _, _ = policy.chain_log_prob(obs, chain, torch.tensor([[k - 1], [1]]), mode, 0.5)
+            torch.testing.assert_close(last[:, 0], torch.stack([log_probs[0, k - 1], log_probs[1, 1]]), rtol=1e-4, atol=1e-4)
         # Flow-Noise stds stay in [0.08, 0.16]; deterministic sampling is repeatable
         _, feats = policy.velocity(torch.zeros(2, policy.flat_dim), torch.ones(2), emb)
         std = policy.noise_std(feats)
