@@ -63,6 +63,7 @@ from rlrobot.rewards.progress_reward import check_prm_path
 from rlrobot.tasks.setup import load_setup
 from rlrobot.tasks.so101 import JOINT_NAMES, start_pose_box
 
+from .bridge import parse_camera_map
 from .drivers import DRIVERS, make_robot
 from .executor import ChunkExecutor, ControlLoopFault, EpisodeResult, ExecutorConfig
 from .observation_check import actor_keys, is_profile_policy, observation_problem
@@ -94,7 +95,11 @@ class DeployArgs:
     twin_latency_steps: int = 0
     twin_obs_noise: float = 0.0
     cameras: bool = False
-    """(twin, policies of the simulator state) also read and record the model's front and wrist cameras"""
+    """(twin, policies of the simulator state) also read and record the model's front and wrist cameras (a policy
+    that reads cameras gets them without this flag, as it was trained on them)"""
+    camera_map: str | None = None
+    """POLICY=ROBOT,...: the robot's camera ROBOT gives the frames of the policy's camera POLICY where their names
+    differ, e.g. up=front,side=wrist (default: the same name); a policy camera the robot lacks is refused at start"""
     control_rate_hz: float | None = None
     """(lerobot) the arm's control rate in Hz (1..200): the robot side owns it (default: the setup's rate for a
     LeRobot-profile policy, else 25); a policy trained at another rate is refused unless --executor.policy-rate
@@ -175,6 +180,7 @@ class DeployArgs:
             raise ValueError(f"twin_frame_scale={self.twin_frame_scale!r} must be a number in (0, 1]")
         if self.step_confirm and self.estop_key:
             raise ValueError("step_confirm and estop_key both read stdin: use one (step_confirm's q + Enter stops)")
+        parse_camera_map(self.camera_map)
         if self.lerobot_cameras is not None:
             from .drivers.lerobot import parse_cameras
 
@@ -261,15 +267,17 @@ def lerobot_camera_specs(args: DeployArgs, setup, names: list[str]) -> dict[str,
 
 
 def _make_deploy_robot(args: DeployArgs, task: str, metadata: dict[str, Any], setup=None, cameras: list[str] | None = None,
-                       scene=None):
+                       scene=None, frame_size: int | None = None):
     """``setup``: the station of a LeRobot-profile policy (a blind twin, the arm's cameras); ``scene``: the setup a
-    policy of the simulator state was trained with (the sighted twin's physics and rate)."""
+    policy of the simulator state was trained with (the sighted twin's physics and rate); ``frame_size``: (sighted
+    twin) the size of the camera frames the policy reads, which the twin then renders as training did."""
     if args.robot == "twin":
         if setup is not None:  # the blind twin: what the real arm gives, through the setup's pipeline
             return make_robot("twin", task=task, seed=args.seed, latency_steps=args.twin_latency_steps,
                               obs_noise_std=args.twin_obs_noise, setup=setup, frame_scale=args.twin_frame_scale)
         return make_robot("twin", task=task, seed=args.seed, latency_steps=args.twin_latency_steps,
-                          obs_noise_std=args.twin_obs_noise, cameras=args.cameras, setup=scene, blind=False)
+                          obs_noise_std=args.twin_obs_noise, cameras=args.cameras, setup=scene, blind=False,
+                          policy_frames=frame_size)
     context = {"target": args.target} if args.target is not None else {}
     # the robot's own configured rate (the station's setup), never the policy's metadata (the executor refuses or
     # resamples a mismatch)
@@ -282,12 +290,20 @@ def _make_deploy_robot(args: DeployArgs, task: str, metadata: dict[str, Any], se
                       control_rate_hz=rate, **options)
 
 
+def _policy_frame_size(bridge) -> int | None:
+    """The size S of the [3, S, S] frames a policy of the simulator's observations reads (None: it reads no camera,
+    or it is a profile policy, whose frames the bridge prepares from the robot's)."""
+    shapes = [s for s in getattr(bridge, "image_shapes", {}).values() if len(s) == 3]
+    return int(shapes[0][-1]) if shapes else None
+
+
 def _connect_robot(args: DeployArgs, task: str, metadata: dict[str, Any], bridge, source, setup=None):
     """The connected robot; if that fails, bridge and policy source are closed and an OSError (a serial port that is
     missing or busy) becomes a ConnectionError that says what to check."""
     try:
         scene = scene_setup(args, source) if setup is None else None
-        robot = _make_deploy_robot(args, task, metadata, setup, getattr(bridge, "cameras", None), scene)
+        robot = _make_deploy_robot(args, task, metadata, setup, getattr(bridge, "robot_cameras", None), scene,
+                                   _policy_frame_size(bridge))
         robot.connect()
         return robot
     except BaseException as e:
@@ -377,6 +393,7 @@ def _episode_record(k: int, result: EpisodeResult) -> dict[str, Any]:
             "holds": result.holds, "clamped_steps": result.clamped_steps, "aborted": result.aborted,
             "abort_reason": result.abort_reason, "latched": result.latched, "late_chunks": result.late_chunks,
             "refused_chunks": result.refused_chunks, "inference_failures": result.inference_failures,
+            "failure_reason": result.failure_reason or None,
             "interventions": result.interventions}
 
 
@@ -389,6 +406,8 @@ def _episode_line(record: dict[str, Any], total: int) -> str:
     if record["return"] is not None:
         parts.append(f"return {record['return']:.1f}")
     parts += [f"{record['holds']} holds", f"{record['clamped_steps']} clamped"]
+    if record.get("inference_failures"):
+        parts.append(f"{record['inference_failures']} failed requests (the first: {record['failure_reason']})")
     if record.get("prm_final_progress") is not None:
         done = record["prm_done_step"]
         parts.append(f"PRM progress {record['prm_final_progress']:.2f}" + (f" (done at step {done})" if done is not None
@@ -442,13 +461,22 @@ def _open_bridge(args: DeployArgs, source, metadata: dict[str, Any]):
         if control_mode is None:
             raise ValueError(f"the policy was trained on {task!r}, which has no robot-side model (native tasks only)")
         setup = deploy_setup(args, source, metadata)
-        _refuse_missing_observations(args, metadata, setup)
+        camera_map = parse_camera_map(args.camera_map)
         if setup is not None:
+            _refuse_missing_observations(args, metadata, setup)
             from .profile_bridge import ProfileBridge
 
-            bridge = ProfileBridge(task, control_mode, setup, actor_keys(metadata))
+            bridge = ProfileBridge(task, control_mode, setup, actor_keys(metadata), camera_map)
         else:
-            bridge = TaskBridge(task, control_mode)
+            keys = actor_keys(metadata)
+            space = metadata.get("observation_space") or {}
+            bridge = TaskBridge(task, control_mode, keys, camera_map,
+                                {k: space[k] for k in keys if k.startswith("image_") and k in space})
+            try:
+                _refuse_missing_observations(args, metadata, None, tuple(bridge.shadow.cameras))
+            except BaseException:
+                bridge.close()
+                raise
     except BaseException:
         if hasattr(source, "close"):
             source.close()
@@ -487,10 +515,12 @@ def _check_start(robot, args: DeployArgs, k: int) -> str | None:
     return f"episode {k + 1} not started: {problem}"
 
 
-def _refuse_missing_observations(args: DeployArgs, metadata: dict[str, Any], setup) -> None:
-    """One-line ValueError when the robot cannot give the policy's actor what it reads (nothing is invented)."""
+def _refuse_missing_observations(args: DeployArgs, metadata: dict[str, Any], setup, twin_cameras: tuple[str, ...] = ()
+                                 ) -> None:
+    """One-line ValueError when the robot cannot give the policy's actor what it reads (nothing is invented).
+    ``twin_cameras``: the sighted twin's cameras (the task's model cameras)."""
     if args.robot == "twin":
-        cameras = set(setup.camera_names) if setup is not None else set()
+        cameras = set(setup.camera_names) if setup is not None else set(twin_cameras)
     elif setup is not None:
         from .drivers.lerobot import parse_cameras
 
@@ -499,14 +529,14 @@ def _refuse_missing_observations(args: DeployArgs, metadata: dict[str, Any], set
     else:
         cameras = set()
     context = {"target"} if args.target is not None else set()
-    problem = observation_problem(metadata, args.robot, cameras, context)
+    problem = observation_problem(metadata, args.robot, cameras, context, parse_camera_map(args.camera_map))
     if problem is not None:
         raise ValueError(problem)
 
 
 def _check_robot_cameras(robot, bridge, source) -> None:
     """The connected robot's first reading holds a frame from every camera the policy reads (else refused)."""
-    needed = list(getattr(bridge, "cameras", []))
+    needed = list(getattr(bridge, "robot_cameras", []))
     if not needed:
         return
     try:
@@ -660,6 +690,7 @@ def run_deploy(args: DeployArgs) -> dict[str, Any]:
         "round_trip": round_trip,
         "control_jitter": executor.jitter.summary(),
         "inference_failures": sum(e.inference_failures for e in episodes),
+        "first_failure": next((e.failure_reason for e in episodes if e.failure_reason), None),
         "dropped_frames": dict(getattr(source, "dropped", {})),
         "recorded": args.record,
         "reward": args.reward,
@@ -726,6 +757,8 @@ def print_report(console: Console, summary: dict[str, Any], json_out: str | None
     lines.append(f"timing: round trip median {_ms(rt, 'median_ms')}, p99 {_ms(rt, 'p99_ms')}; control jitter p99 "
                  f"{_ms(jitter, 'p99_ms')}; {summary['late_chunks']} late and {summary['refused_chunks']} refused answers, "
                  f"{summary['inference_failures']} failed requests")
+    if summary.get("first_failure"):
+        lines.append(f"failed requests: {summary['inference_failures']}, the first because {summary['first_failure']}")
     if summary["dropped_frames"]:
         lines.append(f"dropped frames (not answers to our requests): {summary['dropped_frames']}")
     if summary["latched"]:

@@ -107,6 +107,8 @@ class InferenceWorker:
         self.busy = False
         self.round_trips = RunningStats(scale=1e3)  # ms, bounded
         self.failures = 0
+        self.last_failure = ""
+        """why the latest request failed ("ExceptionType: message"), for the episode's report"""
         self._thread = threading.Thread(target=self._run, daemon=True, name="inference")
         self._thread.start()
 
@@ -123,6 +125,7 @@ class InferenceWorker:
                 self.results.put((step, chunk, None, time.monotonic()))
             except Exception as e:  # server gone, timeout, bad reply: the executor holds and the watchdog counts
                 self.failures += 1
+                self.last_failure = f"{type(e).__name__}: {e}"
                 if self.failures == 1 or self.failures % 100 == 0:
                     log.warning("inference failed (%d so far): %s: %s", self.failures, type(e).__name__, e)
                 self.results.put((step, None, e, time.monotonic()))
@@ -170,6 +173,8 @@ class EpisodeResult:
     refused_chunks: int = 0
     """answers refused before any mapping (non-finite, wrong shape)"""
     inference_failures: int = 0
+    failure_reason: str = ""
+    """why this episode's first failed request failed (a refusal's code and message), shown without --verbose"""
     round_trip: dict[str, float] = field(default_factory=dict)
     jitter: dict[str, float] = field(default_factory=dict)
     interventions: dict[str, int] = field(default_factory=dict)
@@ -303,6 +308,7 @@ class ChunkExecutor:
         """Keep a usable answer; the watchdog is fed (the returned time) only by an answer that will be used."""
         step, raw, error, arrived = answer
         if error is not None:
+            result.failure_reason = result.failure_reason or f"{type(error).__name__}: {error}"
             return last_fresh
         chunk, why = self.validate_chunk(raw)
         if chunk is None:
@@ -408,6 +414,8 @@ class ChunkExecutor:
             watcher.join(timeout=1.0)
         result.latched = sup.estopped
         result.inference_failures = worker.failures - failures_before
+        if result.inference_failures and not result.failure_reason:
+            result.failure_reason = worker.last_failure
         result.round_trip = episode_round_trips.summary()
         result.jitter = episode_jitter.summary()
         result.chunk_gap, result.switch_jump = _mean_max(self._gaps), _mean_max(self._jumps)

@@ -32,9 +32,27 @@ def actor_keys(metadata: dict[str, Any]) -> list[str]:
     return [str(k) for k in keys]
 
 
-def observation_problem(metadata: dict[str, Any], robot: str, cameras: set[str], context: set[str]) -> str | None:
+def camera_problem(key: str, robot: str, cameras: set[str], camera_map: dict[str, str] | None) -> str | None:
+    """Why the robot gives no frames for the policy's camera key ``key`` (one line), or None."""
+    name = key[len(IMAGE_PREFIX):]
+    robot_name = (camera_map or {}).get(name, name)
+    if robot_name in cameras:
+        return None
+    have = ", ".join(sorted(cameras)) or "none"
+    mapped = f" (mapped onto the robot's {robot_name!r})" if robot_name != name else ""
+    fix = (f"--camera-map {name}=ROBOT_CAMERA names the robot's camera that gives it" if robot == "twin" else
+           f"configure it: --lerobot-cameras {robot_name}=INDEX_OR_PATH or the setup file's cameras, or --camera-map "
+           f"{name}=ROBOT_CAMERA")
+    return (f"the policy reads camera {name!r} ({key}){mapped}, which the {robot} robot does not provide (its cameras: "
+            f"{have}): refused ({fix})")
+
+
+def observation_problem(metadata: dict[str, Any], robot: str, cameras: set[str], context: set[str],
+                        camera_map: dict[str, str] | None = None) -> str | None:
     """Why ``robot`` ("twin" | "lerobot") cannot give the actor what it reads (one line), or None. ``cameras``: the
-    camera names the robot provides; ``context``: the task-context keys it reports (a real arm: what the user gave)."""
+    camera names the robot provides (the sighted twin: the task's model cameras); ``context``: the task-context keys
+    it reports (a real arm: what the user gave); ``camera_map`` {policy camera: robot camera} where the names
+    differ."""
     keys = actor_keys(metadata)
     task = metadata.get("task", "?")
     if is_profile_policy(metadata):
@@ -43,16 +61,16 @@ def observation_problem(metadata: dict[str, Any], robot: str, cameras: set[str],
                 return (f"the policy's actor reads the privileged observation {key!r} (the simulator's task state), which "
                         f"no {'blind twin' if robot == 'twin' else 'real arm'} provides: refused (privileged keys are for "
                         f"critics and teachers; train the actor on state and image_<camera>)")
-            if key.startswith(IMAGE_PREFIX) and key[len(IMAGE_PREFIX):] not in cameras:
-                have = ", ".join(sorted(cameras)) or "none"
-                return (f"the policy reads camera {key[len(IMAGE_PREFIX):]!r} ({key}), which the {robot} robot does not "
-                        f"provide (its cameras: {have}): refused (configure it: --lerobot-cameras "
-                        f"{key[len(IMAGE_PREFIX):]}=INDEX_OR_PATH, or the setup file's cameras)")
+            if key.startswith(IMAGE_PREFIX) and (problem := camera_problem(key, robot, cameras, camera_map)):
+                return problem
             if key not in (STATE_KEY, *LANGUAGE_KEYS) and not key.startswith(IMAGE_PREFIX):
                 return f"the policy reads {key!r}, which is not an observation of the LeRobot profile: refused"
         return None
-    if robot == "twin":
-        return None  # the sighted twin: the task's own simulation gives every key of its obs mode
+    if robot == "twin":  # the sighted twin: the task's own simulation gives every key of its obs mode, its cameras
+        for key in keys:  # rendered as in training
+            if key.startswith(IMAGE_PREFIX) and (problem := camera_problem(key, robot, cameras, camera_map)):
+                return problem
+        return None
     from rlrobot.tasks.registry import task_spec
 
     entry = task_spec(task).entry_point

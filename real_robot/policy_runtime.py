@@ -31,7 +31,8 @@ class LoadedPolicy:
         self.policy.to(self.device).eval()
         self.checkpoint = str(ckpt)
         self.chunked = hasattr(self.policy, "sample_actions")
-        self.obs_keys = list(self.policy.obs_keys) if self.chunked else [self.cfg.policy.obs_key]
+        # every key the actor reads (an MLP actor's cameras and instruction too), not only its state vector
+        self.obs_keys = list(getattr(self.policy, "obs_keys", None) or [self.cfg.policy.obs_key])
         self.obs_key = self.obs_keys[0]
         self.metadata: dict[str, Any] = {
             "policy_kind": policy_kind_of(saved),

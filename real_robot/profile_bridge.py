@@ -19,17 +19,18 @@ from rlrobot.tasks.profile import IMAGE_PREFIX, LANGUAGE_KEYS, STATE_KEY, prepar
 from rlrobot.tasks.setup import Setup
 
 
-def profile_observation(setup: Setup, units, qpos: np.ndarray, frames: dict[str, np.ndarray], keys: list[str]
-                        ) -> dict[str, np.ndarray]:
+def profile_observation(setup: Setup, units, qpos: np.ndarray, frames: dict[str, np.ndarray], keys: list[str],
+                        camera_map: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     """The profile observation (batch of one) of the keys ``keys`` from joint positions (rad) and camera frames
-    (HxWx3 uint8 at any resolution, by camera name). A missing frame raises ValueError naming the camera."""
+    (HxWx3 uint8 at any resolution, by camera name; ``camera_map`` {policy camera: robot camera} where the names
+    differ). A missing frame raises ValueError naming the camera."""
     obs: dict[str, np.ndarray] = {}
     if STATE_KEY in keys:
         obs[STATE_KEY] = units.to_profile(np.asarray(qpos, np.float64)).astype(np.float32)[None]
     for key in keys:
         if not key.startswith(IMAGE_PREFIX):
             continue
-        name = key[len(IMAGE_PREFIX):]
+        name = (camera_map or {}).get(key[len(IMAGE_PREFIX):], key[len(IMAGE_PREFIX):])
         frame = frames.get(name)
         if frame is None:
             raise ValueError(f"the robot's reading has no frame from camera {name!r} (it has {sorted(frames)})")
@@ -43,7 +44,7 @@ class ProfileBridge:
     """The ``TaskBridge`` interface (``observation``, ``joint_targets``, ``tcp_position``, ``action_dim``,
     ``instruction``, ``control_mode``) for profile policies; ``keys``: the observations the policy reads."""
 
-    def __init__(self, task: str, control_mode: str, setup: Setup, keys: list[str]):
+    def __init__(self, task: str, control_mode: str, setup: Setup, keys: list[str], camera_map: dict[str, str] | None = None):
         from rlrobot.tasks.so101 import profile_units
 
         self.task, self.control_mode, self.setup, self.keys = task, control_mode, setup, list(keys)
@@ -54,9 +55,14 @@ class ProfileBridge:
         self.instruction = self.shadow.instruction[0]
         self.state_dim = len(self.units.low)
         self.cameras = [k[len(IMAGE_PREFIX):] for k in self.keys if k.startswith(IMAGE_PREFIX)]
+        """the policy's camera names (its ``image_<camera>`` keys; the recorder's names)"""
+        self.camera_map = {cam: (camera_map or {}).get(cam, cam) for cam in self.cameras}
+        self.robot_cameras = list(self.camera_map.values())
+        """the robot's (the setup's) cameras that give them, in the same order"""
 
     def observation(self, measured: dict[str, Any]) -> dict[str, np.ndarray]:
-        obs = profile_observation(self.setup, self.units, measured["qpos"], measured.get("images", {}), self.keys)
+        obs = profile_observation(self.setup, self.units, measured["qpos"], measured.get("images", {}), self.keys,
+                                  self.camera_map)
         language = [k for k in self.keys if k in LANGUAGE_KEYS]
         if language:  # the operator's instruction (the twin reports the task it set up)
             text = measured.get("instruction") or self.instruction

@@ -16,7 +16,9 @@ Two kinds of twin:
   context. The task's physics, spawn regions and actuation latency are the setup's. Success is still the
   simulator's (``success``), which a real arm has not.
 - *sighted* (no setup; policies trained on the simulator's ``state``): readings also carry ``context`` (the target
-  and the cube pose), which the task's state is made of. Its figures say nothing about a real arm.
+  and the cube pose), which the task's state is made of. Its figures say nothing about a real arm. With
+  ``policy_frames`` (a policy that reads cameras, e.g. trained on ``--obs-mode state+rgb``) its readings' ``images``
+  are the task's camera observations {camera: SxSx3 uint8} exactly as training rendered them (size, camera jitter).
 """
 
 from __future__ import annotations
@@ -44,9 +46,10 @@ class TwinRobot:
 
     def __init__(self, task: str = "so101-reach", seed: int = 0, latency_steps: int = 0, obs_noise_std: float = 0.0,
                  cameras: bool = False, command_log: int = 10_000, setup: str | Setup | None = None,
-                 frame_scale: float = 0.25, blind: bool | None = None):
+                 frame_scale: float = 0.25, blind: bool | None = None, policy_frames: int | None = None):
         """``setup``: the scene (physics, spawn, rate; a blind twin's cameras and randomisation); ``blind``: give only
-        what a real arm gives (default: when a setup is given)."""
+        what a real arm gives (default: when a setup is given); ``policy_frames``: (sighted twin) the size S of the
+        task's camera observations to render into every reading (the policy's training frames)."""
         if isinstance(latency_steps, bool) or not isinstance(latency_steps, int) or latency_steps < 0:
             raise ValueError(f"twin latency_steps={latency_steps!r} must be an integer >= 0")
         if not (math.isfinite(obs_noise_std) and obs_noise_std >= 0):
@@ -54,6 +57,10 @@ class TwinRobot:
         if not (math.isfinite(frame_scale) and 0 < frame_scale <= 1):
             raise ValueError(f"twin frame_scale={frame_scale!r} must be a number in (0, 1] (of the cameras' resolution)")
         self.frame_scale = frame_scale
+        if policy_frames is not None and (isinstance(policy_frames, bool) or not isinstance(policy_frames, int)
+                                          or policy_frames < 1):
+            raise ValueError(f"twin policy_frames={policy_frames!r} must be an image size >= 1 (pixels)")
+        self.policy_frames = policy_frames
         if command_log < 1:
             raise ValueError(f"twin command_log={command_log!r} must be >= 1")
         self.task, self.seed = task, seed
@@ -84,7 +91,9 @@ class TwinRobot:
         return 1.0 / self.env.control_dt if self.env is not None else 25.0
 
     def connect(self) -> None:
-        options = {"setup": self.setup} if self.setup is not None else {}
+        options: dict[str, Any] = {"setup": self.setup} if self.setup is not None else {}
+        if self.policy_frames is not None and not self.blind:
+            options["image_size"] = self.policy_frames
         self.env = rlrobot.make(self.task, 1, control_mode="joint_pos", max_episode_steps=10**9, num_threads=1,
                                 seed=self.seed, **options)
         if self.blind:
@@ -116,7 +125,10 @@ class TwinRobot:
             qpos += self.rng.normal(0.0, self.obs_noise_std, size=6)
         reading = {"qpos": qpos, "qvel": self.env.qvel[0, :6].copy(), "timestamp": time.monotonic(),
                    "context": self.env.task_context(0)}
-        if self.cameras:
+        if self.policy_frames is not None:  # the task's own camera observations, as the policy was trained on
+            frames = self.env._render_all()[0]
+            reading["images"] = {cam: frames[c].copy() for c, cam in enumerate(self.env.cameras)}
+        elif self.cameras:
             reading["images"] = {cam: self.env.render(0, cam) for cam in self.env.cameras}
         return reading
 
