@@ -213,6 +213,8 @@ class Peer:
     """no hello | authenticated | refused (<code>)"""
     requests: int = 0
     errors: int = 0
+    first_error: str = ""
+    """the first refused request's code and message (why a client's requests fail, without a debug log)"""
     reason: str = ""
     """why the server closed it (empty: the peer closed it, or the network did)"""
     throttled_s: float = 0.0
@@ -224,8 +226,9 @@ class Peer:
             reason = f"websocket handshake failed ({type(handshake_error).__name__}: {str(handshake_error)[:80]})"
         if not reason:
             reason = f"closed by the peer ({close_code})" if close_code not in (None, 1006) else "connection lost"
-        served = f", {self.requests} requests" + (f" ({self.errors} refused)" if self.errors else "") \
-            if self.auth == "authenticated" else ""
+        refused = f" ({self.errors} refused, the first: {self.first_error})" if self.first_error else \
+            (f" ({self.errors} refused)" if self.errors else "")
+        served = f", {self.requests} requests{refused}" if self.auth == "authenticated" else ""
         throttled = f", throttled {self.throttled_s:.1f} s (byte budget)" if self.throttled_s >= 0.05 else ""
         return f"peer {self.address}: {self.auth}{served}{throttled}, {time.monotonic() - self.accepted:.1f} s; {reason}"
 
@@ -588,12 +591,15 @@ class PolicyServer:
             self._note(connection, reason=f"internal error: {type(e).__name__}: {str(e)[:200]}")
 
     def _note(self, connection, reason: str | None = None, auth: str | None = None, requests: int = 0,
-              errors: int = 0) -> None:
+              errors: int = 0, error: str = "") -> None:
+        """``error``: what a refused request was refused for (the connection's first is kept for its log line)."""
         peer = self.peers.get(connection)
         if peer is None:
             return
         peer.requests += requests
         peer.errors += errors
+        if error and not peer.first_error:
+            peer.first_error = error[:200]
         if reason is not None and not peer.reason:
             peer.reason = reason
         if auth is not None:
@@ -605,7 +611,7 @@ class PolicyServer:
         if close:  # the hello was refused
             self._note(connection, reason=f"hello refused: {e.message[:120]}", auth=f"refused ({e.code})")
         else:  # a frame on an authenticated connection that is not signed with its key (injected, or a bug)
-            self._note(connection, errors=1)
+            self._note(connection, errors=1, error=f"{e.code}: {e.message}")
         await connection.send(protocol.encode(protocol.error(0, e.code, e.message, e.request), None))
         if close:
             await connection.close(1008, e.code)
@@ -657,7 +663,7 @@ class PolicyServer:
                 if e.verified:  # the peer's own frame, unreadable: it counted it, so does the sequence
                     last_seq += 1
                     self.errors[e.code] += 1
-                    self._note(connection, requests=1, errors=1)
+                    self._note(connection, requests=1, errors=1, error=f"{e.code}: {e.message}")
                     await send(protocol.error(0, e.code, e.message))
                 else:
                     await self._refuse(connection, e, close=False)
@@ -682,11 +688,11 @@ class PolicyServer:
                                                  request=seq)
             except protocol.ProtocolError as e:
                 self.errors[e.code] += 1
-                self._note(connection, errors=1)
+                self._note(connection, errors=1, error=f"{e.code}: {e.message}")
                 await send(protocol.error(0, e.code, e.message, e.request))
             except Exception as e:  # a bug in a request must not take the server down
                 self.errors["internal"] += 1
-                self._note(connection, errors=1)
+                self._note(connection, errors=1, error=f"internal: {type(e).__name__}: {e}")
                 await send(protocol.error(0, "internal", f"{type(e).__name__}: {e}", seq))
 
     def _observation(self, obs: Any, seq: int) -> dict[str, np.ndarray]:

@@ -108,3 +108,18 @@ def test_loaded_policy_latencies_are_bounded(expert_checkpoint):
     for _ in range(20):
         policy.infer(OBS)
     assert policy.latencies.count == 20 and policy.latencies.summary()["count"] == 20
+
+
+def test_a_connections_line_says_why_its_requests_were_refused(local_server, caplog):
+    """A client whose requests the policy refuses (here: no 'state') learns why from the server's log line too, without
+    a debug log: the count and the first refusal's code and message."""
+    caplog.set_level(logging.INFO)
+    client = PolicyClient(local_server.url, token=TOKEN)
+    client.connect()
+    for _ in range(2):
+        with pytest.raises(Exception, match="missing or not an array"):
+            client.infer({"image_front": np.zeros((1, 3, 64, 64), np.uint8)})
+    client.infer(OBS)
+    client.close()
+    (line,) = server_lines(caplog, 1)
+    assert "authenticated, 3 requests (2 refused, the first: bad_request: obs['state'] is missing or not an array)" in line
