@@ -20,7 +20,8 @@ log-probs and flow matching on top of the protocol's ``encode`` / ``velocity`` /
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
@@ -542,6 +543,20 @@ class FlowSampling:
         mean, std = mean.reshape(batch, num, -1), std.reshape(batch, num, -1)
         return gaussian_log_prob(x_out, mean, std), std, emb
 
+    def chain_actions(self, x: torch.Tensor) -> torch.Tensor:
+        """The action chunks [B, H, A] a chain's final state [B, H*A] commands (a VLA un-normalises them here)."""
+        return x.reshape(-1, self.chunk_size, self.action_dim)
+
+    def actions_to_chain(self, actions: torch.Tensor) -> torch.Tensor:
+        """``chain_actions``' inverse on chunks [B, L, A]: the chain's space (a VLA normalises them here)."""
+        return actions
+
+    @contextmanager
+    def hidden_chain_state(self, batch: int, device: torch.device) -> Iterator[Callable[[float], None]]:
+        """For a sampler with its own denoising loop (RTC): yields ``advance(delta)``, to call after each step's one
+        velocity call, which moves state the chain carries besides x (a VLA's padded action dims); a no-op here."""
+        yield lambda delta: None
+
     @torch.no_grad()
     def sample_actions(self, obs: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
         """Action chunks [B, H, A]. Deterministic (evaluation): the ODE from the noise distribution's mode x = 0, so
@@ -551,7 +566,7 @@ class FlowSampling:
             chain, _ = self.sample_chain(obs, "ode", emb=emb, x_init=torch.zeros(len(emb), self.flat_dim, device=emb.device))
         else:
             chain, _ = self.sample_chain(obs, "noise")
-        return chain[:, -1].reshape(-1, self.chunk_size, self.action_dim)
+        return self.chain_actions(chain[:, -1])
 
 
 class MLPFlowPolicy(nn.Module, FlowSampling):

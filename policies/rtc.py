@@ -138,29 +138,39 @@ def rtc_sample(policy, obs: dict[str, torch.Tensor], leftover: torch.Tensor | No
     if guided:
         length = min(leftover.shape[1], policy.chunk_size)
         target = torch.zeros(batch, policy.chunk_size, policy.action_dim, device=device)
-        target[:, :length] = leftover[:, :length].to(device=device, dtype=target.dtype)
+        target[:, :length] = policy.actions_to_chain(leftover[:, :length].to(device=device, dtype=target.dtype))
         w = prefix_weights(inference_delay, length, policy.chunk_size, cfg.prefix_schedule).to(device)
         target, weights = target.reshape(batch, flat), w[:, None].expand(-1, policy.action_dim).reshape(1, flat)
     grid = time_grid(policy.denoising_steps, device)
-    for k in range(policy.denoising_steps):
-        t, t_next = grid[k].expand(batch), grid[k + 1]
-        tk = float(grid[k])
-        if guided and cfg.jacobian == "identity":
-            with torch.no_grad():
-                v, _ = policy.step_velocity(x, t, t_next, emb)
-                v = v - guidance_weight(tk, cfg.max_guidance_weight) * weights * (target - (x - tk * v))
-        elif guided:
-            with torch.enable_grad():
-                xg = x.detach().requires_grad_(True)
-                v, _ = policy.step_velocity(xg, t, t_next, emb)
-                a_hat = xg - tk * v
-                err = (weights * (target - a_hat)).detach()
-                correction, = torch.autograd.grad(a_hat, xg, grad_outputs=err)
-            v = v.detach() - guidance_weight(tk, cfg.max_guidance_weight) * correction
-        else:
-            with torch.no_grad():
-                v, _ = policy.step_velocity(x, t, t_next, emb)
-        with torch.no_grad():  # the ODE step written as FlowSampling.step_distribution writes it
-            a_hat, eps_hat = x - tk * v, x + (1.0 - tk) * v
-            x = a_hat * (1.0 - t_next) + eps_hat * t_next
-    return x.reshape(batch, policy.chunk_size, policy.action_dim)
+    with policy.hidden_chain_state(batch, device) as advance:
+        for k in range(policy.denoising_steps):
+            x = _rtc_step(policy, x, k, grid, emb, guided, target if guided else None, weights if guided else None, cfg)
+            advance(float(grid[k] - grid[k + 1]))
+    return policy.chain_actions(x)
+
+
+def _rtc_step(policy, x: torch.Tensor, k: int, grid: torch.Tensor, emb, guided: bool, target: torch.Tensor | None,
+              weights: torch.Tensor | None, cfg: RTCConfig) -> torch.Tensor:
+    """One guided (or plain) Euler step of ``rtc_sample``: one velocity call."""
+    batch = x.shape[0]
+    t, t_next = grid[k].expand(batch), grid[k + 1]
+    tk = float(grid[k])
+    if guided and cfg.jacobian == "identity":
+        with torch.no_grad():
+            v, _ = policy.step_velocity(x, t, t_next, emb)
+            v = v - guidance_weight(tk, cfg.max_guidance_weight) * weights * (target - (x - tk * v))
+    elif guided:
+        with torch.enable_grad():
+            xg = x.detach().requires_grad_(True)
+            v, _ = policy.step_velocity(xg, t, t_next, emb)
+            a_hat = xg - tk * v
+            err = (weights * (target - a_hat)).detach()
+            correction, = torch.autograd.grad(a_hat, xg, grad_outputs=err)
+        v = v.detach() - guidance_weight(tk, cfg.max_guidance_weight) * correction
+    else:
+        with torch.no_grad():
+            v, _ = policy.step_velocity(x, t, t_next, emb)
+    with torch.no_grad():  # the ODE step written as FlowSampling.step_distribution writes it
+        a_hat, eps_hat = x - tk * v, x + (1.0 - tk) * v
+        x = a_hat * (1.0 - t_next) + eps_hat * t_next
+    return x

@@ -19,7 +19,7 @@ recomputed from it by ``chain_log_prob``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,6 +30,7 @@ from rlrobot.policies.actor_critic import mlp
 from rlrobot.policies.flow import SAMPLE_MODES, FlowSampling, gaussian_log_prob, time_grid
 
 from .config import VLAConfig
+from .processors import Affine
 
 
 class VLAEncoding:
@@ -96,9 +97,13 @@ class VLAPolicy(nn.Module, FlowSampling):
         self._padded: torch.Tensor | None = None  # the padded dims' state [B, H, P] while a chain is integrated
         self._padded_velocity: torch.Tensor | None = None
         self.tokenizer = tokenizer
-        if state_dim is not None:
+        if state_dim is not None:  # LeRobot's state normalisation as (x - state_mean) / state_std, any mode
             self.register_buffer("state_mean", torch.zeros(state_dim))
             self.register_buffer("state_std", torch.ones(state_dim))
+        # the checkpoint's action un-normalisation (chunk * action_scale + action_shift), read from its processor files
+        # at every build, so not saved with our weights; identity without statistics
+        self.register_buffer("action_shift", torch.zeros(action_dim), persistent=False)
+        self.register_buffer("action_scale", torch.ones(action_dim), persistent=False)
         width = self.model.action_out_proj.in_features
         self.expert_width = width
         self.noise_head = mlp(width, cfg.noise_hidden, action_dim, "tanh")
@@ -292,6 +297,46 @@ class VLAPolicy(nn.Module, FlowSampling):
     def flow_matching_parameters(self) -> Iterable[nn.Parameter]:
         heads = {id(p) for head in (self.value_head, self.noise_head) for p in head.parameters()}
         return [p for p in self.parameters() if id(p) not in heads and p.requires_grad]
+
+    def set_normalisation(self, norm: dict[str, Affine]) -> None:
+        """A LeRobot checkpoint's statistics (``processors.read_normalisation``): the state's normalisation and the
+        action's un-normalisation, as LeRobot's pre- / post-processor apply them."""
+        for feature, (shift, scale) in (("observation.state", ("state_mean", "state_std")),
+                                        ("action", ("action_shift", "action_scale"))):
+            if feature not in norm or not hasattr(self, shift):
+                continue
+            buffer = getattr(self, shift)
+            if norm[feature].shift.shape != buffer.shape:
+                raise ValueError(f"the checkpoint's {feature} statistics have shape {list(norm[feature].shift.shape)}; "
+                                 f"the policy's {feature} has {list(buffer.shape)}")
+            buffer.copy_(norm[feature].shift)
+            getattr(self, scale).copy_(norm[feature].scale)
+
+    def flow_matching_loss(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, t: torch.Tensor,
+                           noise: torch.Tensor, mask: torch.Tensor | None = None,
+                           generator: torch.Generator | None = None) -> torch.Tensor:
+        """``FlowSampling.flow_matching_loss`` on actions normalised with the checkpoint's statistics (as LeRobot's
+        preprocessor normalises the action before its loss)."""
+        actions = (actions - self.action_shift) / self.action_scale
+        return super().flow_matching_loss(obs, actions, t, noise, mask, generator)
+
+    def actions_to_chain(self, actions: torch.Tensor) -> torch.Tensor:
+        return (actions - self.action_shift) / self.action_scale
+
+    @contextmanager
+    def hidden_chain_state(self, batch: int, device: torch.device) -> Iterator[Callable[[float], None]]:
+        """The padded dims from 0 for a sampler's own loop (RTC); ``advance(delta)`` takes their ODE step with the
+        velocity of the step's velocity call (detached: such samplers differentiate x only)."""
+        def advance(delta: float) -> None:
+            self._padded = (self._padded - delta * self._padded_velocity).detach()
+
+        with self._padded_state(self._padded_start(batch, device, None)):
+            yield advance
+
+    def chain_actions(self, x: torch.Tensor) -> torch.Tensor:
+        """The chain's final state un-normalised with the checkpoint's statistics (LeRobot's postprocessor): chunks
+        [B, H, A] in the checkpoint's action units (for evaluation, serving and RL rollouts alike)."""
+        return x.reshape(-1, self.chunk_size, self.action_dim) * self.action_scale + self.action_shift
 
     def fit_observation_stats(self, obs: dict[str, torch.Tensor]) -> None:
         """Our dataset's state mean / std become the VLA's input normalisation (LeRobot's MEAN_STD)."""

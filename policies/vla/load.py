@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .config import EXTRA_HINT, VLAConfig, check_features, chunk_and_steps, read_pretrained_config
+from .processors import read_normalisation
 
 TINY_MARKER = "rlrobot_tiny.json"
 """written by ``policies.vla.tiny``: the shrunken sizes a tiny random checkpoint must be rebuilt with"""
@@ -114,6 +115,7 @@ def build_vla(meta: dict[str, Any], cfg: VLAConfig) -> torch.nn.Module:
     missing = [k for k in obs_keys if k not in space]
     if missing:
         raise ValueError(f"vla.obs_keys {missing} are not observations of this task; it has {sorted(space)}")
+    normalisation = read_normalisation(cfg.path)  # the checkpoint's processor statistics (refusals before loading)
     lerobot_policy = load_lerobot_policy(cfg.path, variant)
     if variant == "smolvla":
         lerobot_policy.config.use_cache = True  # the adapter computes the prefix cache once per observation
@@ -124,4 +126,5 @@ def build_vla(meta: dict[str, Any], cfg: VLAConfig) -> torch.nn.Module:
     tokenizer = load_tokenizer(Path(cfg.path), variant, lerobot_policy.config)
     state_dim = space["state"][0] if "state" in obs_keys else None
     policy = adapter_class(variant)(lerobot_policy, cfg, obs_keys, state_dim, int(meta["action_dim"]), tokenizer)
+    policy.set_normalisation(normalisation)
     return policy.float()

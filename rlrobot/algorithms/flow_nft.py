@@ -319,7 +319,7 @@ class FlowNFT:
         sampler, sampler_emb = (self.reference, self.reference.encode(obs)) if self.cfg.ref_ema_max > 0 else (policy, emb)
         chain, _ = sampler.sample_chain(obs, self.cfg.sampler, emb=sampler_emb, generator=generator)
         chunk = chain[:, -1]
-        return chunk.reshape(-1, policy.chunk_size, policy.action_dim), {"chunks": chunk}, policy.value_from_embedding(emb)
+        return policy.chain_actions(chunk), {"chunks": chunk}, policy.value_from_embedding(emb)
 
     # ------------------------------------------------------------------ update
     def ref_ema(self) -> float:

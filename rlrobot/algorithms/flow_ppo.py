@@ -237,7 +237,7 @@ class FlowPPO:
         mask.scatter_(1, steps, True)
         chain, step_log_probs = policy.sample_chain(obs, self.mode, self.cfg.noise_level, mask, generator, emb=emb)
         log_probs = step_log_probs.gather(1, steps[:, :, None].expand(-1, -1, step_log_probs.shape[-1]))
-        actions = chain[:, -1].reshape(batch, policy.chunk_size, policy.action_dim)
+        actions = policy.chain_actions(chain[:, -1])
         return actions, chain, steps, self.chunk_log_probs(chain, log_probs), policy.value_from_embedding(emb)
 
     def chunk_log_probs(self, chain: torch.Tensor, step_log_probs: torch.Tensor) -> torch.Tensor:
