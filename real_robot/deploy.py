@@ -17,9 +17,14 @@ provide (a camera it lacks, a privileged key, the simulator state on a real arm)
 poses the policy was trained to start from (``--start-tolerance``). ``--step-confirm`` waits for Enter before each
 chunk while the arm holds (q + Enter stops and latches).
 
+A policy that reads cameras (a VLA, or any policy trained with ``image_<camera>`` observations) gets the robot's
+frames by its camera names; ``--camera-map POLICY=ROBOT,...`` names the robot's camera where they differ. The sighted
+twin renders the cameras such a policy reads, at its training size, without ``--cameras``.
+
 Output: one line per episode as it ends, then a table of the episodes (steps, success, return where the robot knows
-it, holds, clamped steps, refused and late answers, how it ended) and a summary; ``--json-out FILE`` writes every
-number as JSON, ``--verbose`` also logs each safety intervention as it happens.
+it, holds, clamped steps, refused and late answers, how it ended) and a summary, both with the first failed
+request's reason when requests failed; ``--json-out FILE`` writes every number as JSON, ``--verbose`` also logs each
+safety intervention as it happens.
 
 - *holds*: control ticks on which the arm kept still (braking to rest through the supervisor) instead of acting,
   because no action for that tick had arrived in time: inference or the network was slower than the control period,

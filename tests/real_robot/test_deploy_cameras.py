@@ -152,3 +152,18 @@ def test_an_mlp_actor_that_reads_cameras_is_served_its_frames(tmp_path, capsys):
     assert LoadedPolicy(str(ckpt)).metadata["obs_keys"] == ["state", "image_front"]
     _, report = deploy(capsys, tmp_path, "--checkpoint", str(ckpt))
     assert report["steps"] == 20 and report["holds"] == 0 and report["inference_failures"] == 0
+
+
+def test_a_real_arm_policy_camera_is_checked_under_its_mapped_name():
+    """A profile policy's 'up' camera on an arm whose cameras are front and wrist: refused without a map (the line
+    says how to map it), accepted with up=front, refused when the map names a camera the arm lacks."""
+    from rlrobot.real_robot.observation_check import observation_problem
+
+    meta = {"task": "so101-lift", "obs_keys": ["state", "image_up"],
+            "observation_space": {"state": [6], "image_up": [3, 64, 64], "privileged_state": [30]}}
+    arm = {"front", "wrist"}
+    problem = observation_problem(meta, "lerobot", arm, set())
+    assert "reads camera 'up'" in problem and "--camera-map up=ROBOT_CAMERA" in problem and "\n" not in problem
+    assert observation_problem(meta, "lerobot", arm, set(), {"up": "front"}) is None
+    problem = observation_problem(meta, "lerobot", arm, set(), {"up": "top"})
+    assert "mapped onto the robot's 'top'" in problem and "--lerobot-cameras top=INDEX_OR_PATH" in problem
