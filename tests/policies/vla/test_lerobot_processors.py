@@ -5,7 +5,7 @@ files, written by LeRobot's own ``make_pre_post_processors`` + ``save_pretrained
 * the whole pipeline: for the same observation (state in degrees, a camera), our deterministic chunk equals what LeRobot's
   preprocessor -> ``predict_action_chunk`` -> postprocessor returns, in the checkpoint's units.
 
-A tiny random SmolVLA with the ``lerobot/smolvla_base`` structure (state [6], action [6], MEAN_STD), built by the test.
+Tiny random SmolVLA / pi0 / pi0.5 with the ``lerobot/smolvla_base`` structure (state [6], action [6]), built by the test.
 Needs the ``vla`` extra (Python >= 3.12, lerobot 0.6.1).
 """
 
@@ -55,9 +55,39 @@ def _save_processors(directory, mode: str | None = None):
 
 
 @pytest.fixture(scope="module")
-def smolvla(tmp_path_factory):
-    return build_tiny("smolvla", tmp_path_factory.mktemp("proc") / "smolvla", SPACE, 6, [INSTRUCTION], chunk_size=CHUNK,
-                      denoising_steps=3, seed=3)
+def tiny(tmp_path_factory):
+    root, built = tmp_path_factory.mktemp("proc"), {}
+
+    def get(variant: str):
+        if variant not in built:
+            built[variant] = build_tiny(variant, root / variant, SPACE, 6, [INSTRUCTION], chunk_size=CHUNK,
+                                        denoising_steps=3, seed=3)
+        return built[variant]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def smolvla(tiny):
+    return tiny("smolvla")
+
+
+@pytest.fixture
+def offline_paligemma_tokenizer(monkeypatch):
+    """pi0 / pi0.5's processors load the tokenizer google/paligemma-3b-pt-224 from the hub: hand them the tiny
+    checkpoint's own (the one our adapter uses) instead."""
+    from lerobot.processor import tokenizer_processor
+
+    original = tokenizer_processor.AutoTokenizer.from_pretrained
+    directory = {}
+
+    def load(name, *args, **kwargs):
+        if name == "google/paligemma-3b-pt-224":
+            return original(str(directory["path"] / "tokenizer"), local_files_only=True)
+        return original(name, *args, **kwargs)
+
+    monkeypatch.setattr(tokenizer_processor.AutoTokenizer, "from_pretrained", load)
+    return directory
 
 
 @pytest.mark.parametrize("mode", ("MEAN_STD", "MIN_MAX", "QUANTILES", "QUANTILE10"))
@@ -99,13 +129,16 @@ def test_relative_actions_are_refused_in_one_line_before_loading(smolvla, tmp_pa
         read_normalisation(directory)
 
 
-def test_our_chunk_equals_lerobots_pipeline_in_the_checkpoints_units(smolvla, tmp_path):
+@pytest.mark.parametrize("variant", ("smolvla", "pi0", "pi05"))
+def test_our_chunk_equals_lerobots_pipeline_in_the_checkpoints_units(variant, tiny, offline_paligemma_tokenizer, tmp_path):
     """The same observation through LeRobot's preprocessor -> predict_action_chunk (zero noise) -> postprocessor and
-    through our adapter built from the directory (state in degrees, uint8 camera): the same chunk, in degrees."""
+    through our adapter built from the directory (state in degrees, uint8 camera): the same chunk, in degrees. Each
+    variant's own normalisation (SmolVLA, pi0: MEAN_STD; pi0.5: QUANTILES, its state discretised into the prompt)."""
     import shutil
 
     directory = tmp_path / "ckpt"
-    shutil.copytree(smolvla, directory)
+    shutil.copytree(tiny(variant), directory)
+    offline_paligemma_tokenizer["path"] = directory
     pre, post = _save_processors(directory)
     torch.manual_seed(0)
     policy = build_vla({"observation_space": SPACE, "action_dim": 6},
@@ -122,7 +155,7 @@ def test_our_chunk_equals_lerobots_pipeline_in_the_checkpoints_units(smolvla, tm
         ours = policy.sample_actions({"state": state[None], "image_up": image[None]})
     assert ours.shape == theirs.shape == (1, CHUNK, 6)
     normalised_gap = float(((ours - theirs) / policy.action_scale).abs().max())
-    print(f"max |ours - LeRobot| {float((ours - theirs).abs().max()):.2e} in the checkpoint's units (chunk spans "
+    print(f"{variant}: max |ours - LeRobot| {float((ours - theirs).abs().max()):.2e} in the checkpoint's units (chunk spans "
           f"{float(theirs.min()):.1f}..{float(theirs.max()):.1f}), {normalised_gap:.2e} normalised")
     assert normalised_gap < 1e-5
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=2e-4)
