@@ -13,7 +13,7 @@ The padded action dims (``max_action_dim`` beyond the task's) are integrated as 
 them: they start at the noise's mode 0 (or at given noise) and follow the ODE with the expert's own velocity, so our
 deterministic chunk equals LeRobot's ``predict_action_chunk`` for the same noise. The public chain holds the task's
 dims only; the padded ones are a deterministic function of the observation and that chain (no noise, no log-prob),
-recomputed from it by ``chain_log_prob``.
+recomputed from it by ``chain_log_prob``. The flow-matching loss noises them as LeRobot's training does.
 """
 
 from __future__ import annotations
@@ -314,11 +314,17 @@ class VLAPolicy(nn.Module, FlowSampling):
 
     def flow_matching_loss(self, obs: dict[str, torch.Tensor], actions: torch.Tensor, t: torch.Tensor,
                            noise: torch.Tensor, mask: torch.Tensor | None = None,
-                           generator: torch.Generator | None = None) -> torch.Tensor:
-        """``FlowSampling.flow_matching_loss`` on actions normalised with the checkpoint's statistics (as LeRobot's
-        preprocessor normalises the action before its loss)."""
+                           generator: torch.Generator | None = None, padded_noise: torch.Tensor | None = None
+                           ) -> torch.Tensor:
+        """``FlowSampling.flow_matching_loss`` as LeRobot's ``forward`` computes it: actions normalised with the
+        checkpoint's statistics, the padded dims of x_t at t * their own noise (``padded_noise`` [B, H, P], drawn from
+        ``generator`` if not given; their clean value is 0), the loss over the task's dims."""
         actions = (actions - self.action_shift) / self.action_scale
-        return super().flow_matching_loss(obs, actions, t, noise, mask, generator)
+        if padded_noise is None:
+            padded_noise = torch.randn(len(actions), self.chunk_size, self.padded_dim, device=actions.device,
+                                       generator=generator)
+        with self._padded_state(t[:, None, None].float() * padded_noise.to(actions.device)):
+            return super().flow_matching_loss(obs, actions, t, noise, mask, generator)
 
     def actions_to_chain(self, actions: torch.Tensor) -> torch.Tensor:
         return (actions - self.action_shift) / self.action_scale

@@ -103,3 +103,29 @@ def test_our_chunk_equals_lerobots_predict_action_chunk_for_the_same_noise(varia
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
     torch.testing.assert_close(ours_zero, theirs_zero, rtol=0, atol=1e-5)
     assert float((theirs_held - theirs_zero).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_our_flow_matching_loss_equals_lerobots_forward_for_the_same_noise_and_time(variant, tiny_dirs):
+    """SFT's objective: our flow_matching_loss and LeRobot's own training forward (its noise and time fixed to ours,
+    the padded dims' noise included) on the same batch of chunks give the same loss within 1e-5."""
+    torch.manual_seed(0)
+    policy = build_vla({"observation_space": SPACE, "action_dim": ACTION_DIM},
+                       VLAConfig(path=str(tiny_dirs[variant]), instruction=INSTRUCTION, bf16=False))
+    policy.eval()
+    obs = _observation()
+    g = torch.Generator().manual_seed(11)
+    actions = torch.randn(BATCH, CHUNK, ACTION_DIM, generator=g) * 0.5
+    noise = torch.randn(BATCH, CHUNK, policy.max_action_dim, generator=g)
+    t = torch.tensor([0.3, 0.85])
+    policy.model.sample_noise = lambda shape, device: noise.clone()
+    policy.model.sample_time = lambda bsize, device: t.clone()
+    with torch.no_grad():
+        batch = {**_lerobot_batch(policy, variant, obs), "action": actions}
+        theirs, _ = policy.lerobot.forward(batch)
+        ours = policy.flow_matching_loss(obs, actions, t, noise[..., :ACTION_DIM], padded_noise=noise[..., ACTION_DIM:])
+        held = policy.flow_matching_loss(obs, actions, t, noise[..., :ACTION_DIM],
+                                         padded_noise=torch.zeros_like(noise[..., ACTION_DIM:]))
+    print(f"{variant}: loss ours {float(ours):.6f}, LeRobot {float(theirs):.6f}; padded x_t held at 0: {float(held):.6f}")
+    assert abs(float(ours) - float(theirs)) < 1e-5
+    assert abs(float(held) - float(theirs)) > 1e-4
