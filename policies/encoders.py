@@ -1,4 +1,4 @@
-"""Image encoders of the MLP policies (PPO's actor-critic, the distillation student): a small CNN per camera (or one
+"""Image encoders of the MLP actor-critic (what PPO trains from pixels): a small CNN per camera (or one
 shared by all cameras) whose features are concatenated with the normalised joint readings.
 
 Frames stay uint8 ``[B, 3, H, W]`` (what the envs and rollout storage hold) until the encoder, on the policy's device;

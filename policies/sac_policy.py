@@ -39,7 +39,7 @@ class SACPolicyConfig(ActorCriticConfig):
             raise ValueError(f"policy.num_critics must be >= 1, got {self.num_critics}")
         if self.image_keys:
             raise ValueError(f"policy.image_keys {list(self.image_keys)}: the SAC policy reads vector observations only "
-                             "(image actors: --algo ppo or --algo distill)")
+                             "(image actors: --algo ppo)")
         if self.critic_obs_key:
             raise ValueError(f"policy.critic_obs_key={self.critic_obs_key!r}: the SAC policy's critics read the actor's "
                              "input (an asymmetric critic: --algo ppo)")
