@@ -275,8 +275,8 @@ class FlowPPO:
         logged: list[list[torch.Tensor]] = []  # per minibatch; read once at the end (no host round trip per minibatch)
         first_deviation: torch.Tensor | None = None
         stopped_at: torch.Tensor | None = None
-        kl_reference = {"kl_log_probs": self._log_probs_from_here(storage)} if cfg.overlap else None
-        for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator, extra=kl_reference):
+        proximal = {"proximal_log_probs": self._log_probs_from_here(storage)} if cfg.overlap else None
+        for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator, extra=proximal):
             loss, surrogate, value_loss, entropy, kl, deviation, clip_fraction = self._losses(mb, warmup)
             kl = self._reduce_mean(kl)
             if not warmup and cfg.max_kl and float(kl) > cfg.max_kl:
@@ -311,8 +311,7 @@ class FlowPPO:
     @torch.no_grad()
     def _log_probs_from_here(self, storage: RolloutStorage) -> torch.Tensor:
         """The stored chains' log-probs under the policy this update starts from (shaped like ``storage.log_probs``):
-        an overlapped run measures the KL (adaptive lr, max_kl) from here, as PPO does, since its rollout's policy is
-        one update older; the ratio keeps the rollout's log-probs (the importance weight of the stale chains)."""
+        the proximal policy of an overlapped run's decoupled ratio, as in PPO (its rollout's policy is one update older)."""
         flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
         obs, chains, steps = {k: flat(v) for k, v in storage.obs.items()}, flat(storage.chains), flat(storage.steps)
         size = -(-chains.shape[0] // self.cfg.num_minibatches)
@@ -332,12 +331,14 @@ class FlowPPO:
         else:
             log_ratio = log_probs - mb["log_probs"]
             adv = adv[:, None].expand_as(log_ratio)
+        if "proximal_log_probs" in mb:  # overlap: decoupled PPO, as PPO's (ratio and clip around the update's start,
+            stale = mb["proximal_log_probs"] - mb["log_probs"]  # weighted by its ratio to the acting policy)
+            stale = stale.sum(-1) if log_ratio.dim() == 1 else stale
+            log_ratio, adv = log_ratio - stale, adv * stale.exp()
         ratio = torch.exp(log_ratio)
         with torch.no_grad():
-            # k3 estimate of KL(old || new) per chunk, before this minibatch's step (Schulman's approximation); old is
-            # the policy this update started from where an overlapped rollout's is one update older
-            kl_log_ratio = log_ratio if "kl_log_probs" not in mb else log_probs - mb["kl_log_probs"]
-            chunk_log_ratio = kl_log_ratio if kl_log_ratio.dim() == 1 else kl_log_ratio.sum(-1)
+            # k3 estimate of KL(old || new) per chunk, before this minibatch's step (Schulman's approximation)
+            chunk_log_ratio = log_ratio if log_ratio.dim() == 1 else log_ratio.sum(-1)
             kl = masked_mean((chunk_log_ratio.exp() - 1) - chunk_log_ratio, mask)
         surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip))
         # dual clip: for negative advantages bound the loss by -c * A (a huge ratio cannot dominate the batch)

@@ -77,9 +77,9 @@ class PPOConfig(AlgorithmConfig):
     the first update pays the compile (3-25 s measured there), so it pays off in runs of several minutes"""
     overlap: bool = False
     """collect the next rollout while the update runs (on a second thread): the rollout acts with the policy of one
-    update before, whose log-probs the storage keeps, so the PPO ratio is the exact importance weight of that behaviour
-    policy and the clip bounds it (APPO's one-step staleness); the adaptive lr's KL is measured from the policy the
-    update starts from. Evaluations, checkpoints and the last iteration wait for the update (a whole, current policy)"""
+    update before (APPO's one-step staleness), corrected as decoupled PPO: ratio, clip and KL around the policy the
+    update starts from, each sample weighted by that policy's ratio to the acting one. Evaluations, checkpoints and the
+    last iteration wait for the update (a whole, current policy)"""
 
     def validate(self, run) -> None:
         validate_ppo_common(self, "ppo")
@@ -280,8 +280,7 @@ class PPO:
             return {"learner_steps": 0.0, "lr": self.lr_schedule.lr, "action_std": self.policy.log_std.exp().mean().item()}
         if cfg.normalize_advantages:
             storage.advantages = normalized_advantages(storage.advantages, self.sync, storage.mask)
-        if cfg.overlap:
-            self._measure_kl_from_here(storage)
+        proximal = {"proximal_log_probs": self._proximal_log_probs(storage)} if cfg.overlap else None
         # every step the learner's own (no JSRL guide): the masked means reduce to sum / count, the same numbers
         # (the mask's where() would keep every entry), without the mask's ops per loss term
         batch = storage.num_steps * storage.num_envs
@@ -290,7 +289,7 @@ class PPO:
         full_count = torch.tensor(float(batch // cfg.num_minibatches), device=self.device)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         logged: list[list[torch.Tensor]] = []  # per minibatch; read once at the end (no host round trip per minibatch)
-        for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator):
+        for mb in storage.minibatches(cfg.num_minibatches, cfg.num_epochs, generator, extra=proximal):
             mask = mb["mask"]  # the learner's own steps (all of them unless a JSRL guide acted)
             keep, count = (None, full_count) if unmasked else (mask > 0, mask.sum().clamp(min=1.0))
             loss, surrogate, value_loss, entropy, kl, clip_fraction = self._losses(mb, keep, count)
@@ -314,17 +313,23 @@ class PPO:
         return out
 
     @torch.no_grad()
-    def _measure_kl_from_here(self, storage: RolloutStorage) -> None:
-        """The adaptive lr's KL(old || new) from the policy this update starts from: an overlapped rollout acted with
-        the policy of one update before, from which the KL would start at a whole update's and the rule would cut the
-        lr to half steps. The ratio keeps the rollout's log-probs (the importance weight of the stale samples)."""
+    def _proximal_log_probs(self, storage: RolloutStorage) -> torch.Tensor:
+        """The stored actions' log-probs under the policy this update starts from (decoupled PPO's proximal policy),
+        whose Gaussians replace the stored ones for the adaptive lr's KL. An overlapped rollout acted with the policy of
+        one update before: the ratio and its clip are taken around this policy, each sample weighted by this policy's
+        ratio to the acting one, so the stale samples are importance-corrected and each update has the whole clip
+        range and KL budget (around the acting policy the previous update would have spent part of them)."""
         batch = storage.num_steps * storage.num_envs
         obs = {k: v.reshape(batch, *v.shape[2:]) for k, v in storage.obs.items()}
         size = -(-batch // self.cfg.num_minibatches)  # minibatch-sized forward passes (image encoders)
+        log_probs = torch.empty(batch, device=self.device)
+        actions = storage.actions.view(batch, -1)
         for i in range(0, batch, size):
             mean, std = self.policy.gaussian(self.policy.features({k: v[i:i + size] for k, v in obs.items()}))
             storage.action_mean.view(batch, -1)[i:i + size] = mean
             storage.action_std.view(batch, -1)[i:i + size] = std
+            log_probs[i:i + size] = gaussian_log_prob(actions[i:i + size], mean, std).sum(-1)
+        return log_probs.view(storage.num_steps, storage.num_envs)
 
     def _minibatch_losses(self, mb: dict[str, Any], keep: torch.Tensor | None, count: torch.Tensor
                           ) -> tuple[torch.Tensor, ...]:
@@ -346,8 +351,9 @@ class PPO:
             kl = mean_of((torch.log(std / old_sigma) + (old_sigma.square() + (old_mu - mean).square())
                           / (2.0 * std.square()) - 0.5).sum(-1))
 
-        ratio = torch.exp(log_prob - mb["log_probs"])
-        adv = mb["advantages"]
+        proximal = mb.get("proximal_log_probs")  # overlap: decoupled PPO (see _proximal_log_probs)
+        ratio = torch.exp(log_prob - (mb["log_probs"] if proximal is None else proximal))
+        adv = mb["advantages"] if proximal is None else mb["advantages"] * torch.exp(proximal - mb["log_probs"])
         surrogate = mean_of(torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip)))
         clipped = mb["values"] + (value - mb["values"]).clamp(-cfg.value_clip, cfg.value_clip)
         value_loss = mean_of(torch.max((value - mb["returns"]).square(), (clipped - mb["returns"]).square()))

@@ -5,13 +5,14 @@ of the policy (the *actor*) while the update of rollout i - 1 runs on a worker t
 copies the updated weights into the actor and starts the update of rollout i. So rollout i is acted by the policy
 from before the update of rollout i - 1, one update older than the policy its own update starts from.
 
-Off-policy correction: none beyond PPO's own. The storage keeps the behaviour policy's log-probs, so the ratio
-pi_theta / pi_behaviour of every minibatch is the exact importance weight of the stale samples, and the clip bounds it
-around the behaviour policy (Sample Factory's APPO does the same). One update of staleness moves the ratios by about
-one update's KL (the adaptive learning rate's target), inside the clip; GAE uses the values the behaviour policy's
-critic gave, as APPO without V-trace does. The KL that drives the adaptive learning rate (and flow PPO's max_kl) is
-measured from the policy the update starts from, not the behaviour policy: from the latter it would start at a whole
-update's KL and the rule would shrink every update to about half.
+Off-policy correction: decoupled PPO (Hilton et al. 2021, "Batch size-invariance for policy optimization"). The
+storage keeps the acting (behaviour) policy's log-probs; the update first computes the stored samples' log-probs under
+the policy it starts from (the proximal policy), then takes the ratio pi_theta / pi_proximal, clips it and measures the
+KL (adaptive lr, flow PPO's max_kl) around that policy, and weights each sample's advantage by pi_proximal /
+pi_behaviour, the importance weight of the one-update-old samples. APPO's plain form, the ratio and clip around the
+behaviour policy, learned more slowly on so101-reach: the previous update has already spent part of the clip range
+and of the KL budget, so the adaptive lr fell 10-100x lower. GAE uses the values the behaviour policy's critic gave,
+as APPO without V-trace does.
 
 Both threads spend most of their time where the GIL is released (MuJoCo's ``mj_step`` in the simulator's thread pool,
 torch's kernels), so the rollout and the update share the cores. The two keep separate random streams, so a seeded run

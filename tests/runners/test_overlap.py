@@ -77,17 +77,28 @@ def test_each_rollout_acts_with_the_policy_from_before_the_previous_update(tmp_p
 
 
 @pytest.mark.parametrize("algo", ["ppo", "flow-noise"])
-def test_the_adaptive_lr_measures_the_kl_from_the_policy_each_update_starts_from(tmp_path, algo):
-    """The rollouts are one update stale, so the KL from their policy would start each update at a whole update's;
-    measured from the policy the update starts from, the first minibatch's KL is zero (no step taken yet)."""
+def test_each_update_takes_its_ratio_and_kl_around_the_policy_it_starts_from(tmp_path, algo):
+    """The rollouts are one update stale; decoupled PPO takes the ratio, its clip and the adaptive lr's KL around the
+    policy each update starts from, so each update's first minibatch (no step taken yet) has zero KL and clips
+    nothing, while later minibatches move (around the acting policy the first minibatches would already clip)."""
     runner = OnPolicyRunner(ppo_config(tmp_path, 4)) if algo == "ppo" else FlowOnPolicyRunner(flow_config(tmp_path, 4))
-    kls, step = [], runner.algo.lr_schedule.step
-    runner.algo.lr_schedule.step = lambda kl: (kls.append(float(kl)), step(kl))
+    kls, clips, step, losses = [], [], runner.algo.lr_schedule.step, runner.algo._losses
+
+    def recording_step(kl):
+        kls.append(float(kl))
+        step(kl)
+
+    def recording_losses(*args):
+        out = losses(*args)
+        clips.append(float(out[-1]))  # the clip fraction
+        return out
+
+    runner.algo.lr_schedule.step, runner.algo._losses = recording_step, recording_losses
     runner.learn()
     per_update = len(kls) // 4
-    firsts, rest = kls[::per_update], [k for i, k in enumerate(kls) if i % per_update]
-    assert len(kls) == 4 * per_update and per_update > 1
-    assert max(abs(k) for k in firsts) < 1e-5 and max(rest) > 1e-4
+    assert len(kls) == len(clips) == 4 * per_update and per_update > 1
+    assert max(abs(k) for k in kls[::per_update]) < 1e-5 and max(kls) > 1e-4
+    assert max(clips[::per_update]) == 0.0 and max(clips) > 0.0
 
 
 def test_an_overlapped_run_logs_each_update_once_it_finished(tmp_path):
