@@ -115,6 +115,52 @@ def _smolvlm_dir(out: Path, tokenizer, sizes: dict[str, Any]) -> Path:
     return vlm
 
 
+PALIGEMMA_TOKENIZER = "google/paligemma-3b-pt-224"
+
+
+@contextmanager
+def offline_processor_tokenizer(directory: Path) -> Iterator[None]:
+    """pi0 / pi0.5's processors load the tokenizer ``google/paligemma-3b-pt-224`` from the hub: while inside, they get
+    ``directory/tokenizer`` (a tiny checkpoint's own) instead."""
+    from lerobot.processor import tokenizer_processor
+
+    auto = tokenizer_processor.AutoTokenizer
+    original = auto.from_pretrained
+
+    def load(name, *args, **kwargs):
+        if name == PALIGEMMA_TOKENIZER:
+            return original(str(directory / "tokenizer"), local_files_only=True)
+        return original(name, *args, **kwargs)
+
+    auto.from_pretrained = load
+    try:
+        yield
+    finally:
+        auto.from_pretrained = original
+
+
+def write_processors(directory: str | os.PathLike, stats: dict[str, dict[str, Any]],
+                     modes: dict[str, str] | None = None) -> None:
+    """LeRobot's own pre- / post-processors for the checkpoint in ``directory`` with the statistics ``stats``
+    (``{"observation.state" | "action": {"mean" | "std" | "min" | "max" | "q01" | "q99" | ...: values}}``), written
+    beside it with ``save_pretrained`` as ``lerobot-train`` writes them. ``modes`` overrides the checkpoint's
+    normalisation modes by feature type (``{"STATE": "MIN_MAX", "ACTION": "QUANTILES"}``)."""
+    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.configs.types import NormalizationMode
+    from lerobot.policies.factory import make_pre_post_processors
+
+    root = Path(directory)
+    cfg = PreTrainedConfig.from_pretrained(str(root), local_files_only=True)
+    if modes:
+        cfg.normalization_mapping = {**cfg.normalization_mapping, **{k: NormalizationMode(v) for k, v in modes.items()}}
+    tensors = {feature: {name: torch.as_tensor(values, dtype=torch.float32) for name, values in by_stat.items()}
+               for feature, by_stat in stats.items()}
+    with offline_processor_tokenizer(root):
+        pre, post = make_pre_post_processors(cfg, dataset_stats=tensors)
+    pre.save_pretrained(str(root))
+    post.save_pretrained(str(root))
+
+
 def build_tiny(variant: str, out_dir: str | os.PathLike, obs_shapes: dict[str, Sequence[int]], action_dim: int,
                instructions: Sequence[str], chunk_size: int = 5, denoising_steps: int = 4, seed: int = 0,
                sizes: dict[str, Any] | None = None) -> Path:
@@ -171,13 +217,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--denoising-steps", type=int, default=4)
     parser.add_argument("--width", type=int, default=DEFAULT_SIZES["width"], help="VLM and action-expert width")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stats", default="", help="a JSON file {feature: {stat: values}} (features observation.state "
+                        "and action; stats mean/std, min/max, q01/q99): LeRobot's processors written with them")
     args = parser.parse_args(argv)
+    stats = json.loads(Path(args.stats).read_text()) if args.stats else None
     env = make(args.task, 1, obs_mode=args.obs_mode, control_mode=args.control_mode)
     shapes = {k: list(v.shape) for k, v in env.single_observation_space.spaces.items()}
     action_dim, instructions = int(env.single_action_space.shape[0]), list(env.instruction)
     env.close()
     out = build_tiny(args.variant, args.out, shapes, action_dim, instructions, chunk_size=args.chunk_size,
                      denoising_steps=args.denoising_steps, seed=args.seed, sizes={"width": args.width})
+    if stats is not None:
+        write_processors(out, stats)
     from safetensors import safe_open
 
     with safe_open(out / "model.safetensors", "pt") as weights:

@@ -23,7 +23,7 @@ pytest.importorskip("lerobot", reason="lerobot is not installed (the vla extra, 
 from rlrobot.policies.vla.config import VLAConfig  # noqa: E402
 from rlrobot.policies.vla.load import build_vla  # noqa: E402
 from rlrobot.policies.vla.processors import read_normalisation  # noqa: E402
-from rlrobot.policies.vla.tiny import build_tiny  # noqa: E402
+from rlrobot.policies.vla.tiny import build_tiny, offline_processor_tokenizer, write_processors  # noqa: E402
 
 INSTRUCTION = "pick up the cube"
 SPACE = {"state": [6], "image_up": [3, 32, 32]}
@@ -39,19 +39,14 @@ STATS = {key: {"mean": torch.tensor(mean), "std": torch.tensor(std), "min": torc
 
 def _save_processors(directory, mode: str | None = None):
     """LeRobot's own processors for the checkpoint in ``directory`` (``mode`` for STATE and ACTION, else the
-    checkpoint's), written beside it with save_pretrained and loaded back as lerobot-record would."""
+    checkpoint's), written beside it by ``write_processors`` and loaded back as lerobot-record would."""
     from lerobot.configs.policies import PreTrainedConfig
-    from lerobot.configs.types import NormalizationMode
     from lerobot.policies.factory import make_pre_post_processors
 
-    cfg = PreTrainedConfig.from_pretrained(str(directory))
-    if mode is not None:
-        cfg.normalization_mapping = {**cfg.normalization_mapping, "STATE": NormalizationMode(mode),
-                                     "ACTION": NormalizationMode(mode)}
-    pre, post = make_pre_post_processors(cfg, dataset_stats=STATS)
-    pre.save_pretrained(str(directory))
-    post.save_pretrained(str(directory))
-    return make_pre_post_processors(cfg, pretrained_path=str(directory))
+    write_processors(directory, {k: {n: v.tolist() for n, v in by.items()} for k, by in STATS.items()},
+                     {"STATE": mode, "ACTION": mode} if mode else None)
+    with offline_processor_tokenizer(directory):
+        return make_pre_post_processors(PreTrainedConfig.from_pretrained(str(directory)), pretrained_path=str(directory))
 
 
 @pytest.fixture(scope="module")
@@ -70,24 +65,6 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def smolvla(tiny):
     return tiny("smolvla")
-
-
-@pytest.fixture
-def offline_paligemma_tokenizer(monkeypatch):
-    """pi0 / pi0.5's processors load the tokenizer google/paligemma-3b-pt-224 from the hub: hand them the tiny
-    checkpoint's own (the one our adapter uses) instead."""
-    from lerobot.processor import tokenizer_processor
-
-    original = tokenizer_processor.AutoTokenizer.from_pretrained
-    directory = {}
-
-    def load(name, *args, **kwargs):
-        if name == "google/paligemma-3b-pt-224":
-            return original(str(directory["path"] / "tokenizer"), local_files_only=True)
-        return original(name, *args, **kwargs)
-
-    monkeypatch.setattr(tokenizer_processor.AutoTokenizer, "from_pretrained", load)
-    return directory
 
 
 @pytest.mark.parametrize("mode", ("MEAN_STD", "MIN_MAX", "QUANTILES", "QUANTILE10"))
@@ -130,7 +107,7 @@ def test_relative_actions_are_refused_in_one_line_before_loading(smolvla, tmp_pa
 
 
 @pytest.mark.parametrize("variant", ("smolvla", "pi0", "pi05"))
-def test_our_chunk_equals_lerobots_pipeline_in_the_checkpoints_units(variant, tiny, offline_paligemma_tokenizer, tmp_path):
+def test_our_chunk_equals_lerobots_pipeline_in_the_checkpoints_units(variant, tiny, tmp_path):
     """The same observation through LeRobot's preprocessor -> predict_action_chunk (zero noise) -> postprocessor and
     through our adapter built from the directory (state in degrees, uint8 camera): the same chunk, in degrees. Each
     variant's own normalisation (SmolVLA, pi0: MEAN_STD; pi0.5: QUANTILES, its state discretised into the prompt)."""
@@ -138,7 +115,6 @@ def test_our_chunk_equals_lerobots_pipeline_in_the_checkpoints_units(variant, ti
 
     directory = tmp_path / "ckpt"
     shutil.copytree(tiny(variant), directory)
-    offline_paligemma_tokenizer["path"] = directory
     pre, post = _save_processors(directory)
     torch.manual_seed(0)
     policy = build_vla({"observation_space": SPACE, "action_dim": 6},
@@ -172,3 +148,27 @@ def test_our_chunk_equals_lerobots_pipeline_in_the_checkpoints_units(variant, ti
     guided = rtc_sample(policy, {"state": state[None], "image_up": image[None]}, leftover, 1,
                         RTCConfig(max_guidance_weight=5.0, jacobian="identity"))
     assert float((guided[:, 0] - leftover[:, 0]).abs().max()) < float((ours[:, 0] - leftover[:, 0]).abs().max())
+
+
+def test_tiny_builder_cli_writes_lerobots_processors_with_the_given_statistics(tmp_path):
+    """python -m rlrobot.policies.vla.tiny ... --stats FILE: the checkpoint carries LeRobot's processor files with those
+    statistics, which our loader reads back (SmolVLA: MEAN_STD)."""
+    import json
+
+    from rlrobot.policies.vla.tiny import main as tiny_main
+    from rlrobot.tasks.registry import make
+
+    env = make("so101-reach", 1, obs_mode="state+rgb", control_mode="joint_pos")
+    state_dim = int(env.single_observation_space["state"].shape[0])
+    env.close()
+    stats = {"observation.state": {"mean": [0.5] * state_dim, "std": [2.0] * state_dim},
+             "action": {"mean": [10.0, 20.0, 30.0, 40.0, 50.0, 60.0], "std": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]}}
+    (tmp_path / "stats.json").write_text(json.dumps(stats))
+    out = tmp_path / "smolvla"
+    tiny_main(["--variant", "smolvla", "--task", "so101-reach", "--out", str(out), "--chunk-size", "4",
+               "--stats", str(tmp_path / "stats.json")])
+    assert (out / "policy_preprocessor.json").is_file() and (out / "policy_postprocessor.json").is_file()
+    norm = read_normalisation(out)
+    assert norm["observation.state"].mode == norm["action"].mode == "MEAN_STD"
+    torch.testing.assert_close(norm["action"].unnormalise(torch.ones(6)), torch.tensor([11.0, 22.0, 33.0, 44.0, 55.0, 66.0]))
+    torch.testing.assert_close(norm["observation.state"].normalise(torch.full((state_dim,), 2.5)), torch.ones(state_dim))
