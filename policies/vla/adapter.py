@@ -115,8 +115,12 @@ class VLAPolicy(nn.Module, FlowSampling):
         self.log_var_max = 2 * math.log(cfg.noise_std_max)
         self.instruction = cfg.instruction
         self._features: list[torch.Tensor] = []
-        self.model.action_out_proj.register_forward_hook(lambda _m, inp, _out: self._features.append(inp[0]))
+        # a bound method, not a closure: a deep copy (an overlapped run's actor, NFT's reference) records into its own list
+        self.model.action_out_proj.register_forward_hook(self._record_features)
         self._init_language()
+
+    def _record_features(self, _module: nn.Module, inputs: tuple[torch.Tensor, ...], _output: torch.Tensor) -> None:
+        self._features.append(inputs[0])
 
     @property
     def model(self) -> nn.Module:

@@ -277,3 +277,21 @@ def test_tiny_builder_cli_writes_a_checkpoint_with_the_tasks_features(tmp_path, 
     assert cfg["input_features"]["observation.state"]["shape"] == space["state"]
     assert {"observation.images.front", "observation.images.wrist"} <= set(cfg["input_features"])
     check_features(cfg, space, 6)  # raises on a mismatch
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_deep_copy_acts_on_its_own(variant, tiny_dirs, lift):
+    """An overlapped run's actor and NFT's reference are deep copies: the copy's expert features reach the copy (not
+    the original), so it samples the original's chunks and its chain log-probs."""
+    import copy
+
+    policy = _policy(tiny_dirs, lift, variant)
+    _, obs, _ = lift
+    twin = copy.deepcopy(policy)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        assert torch.equal(policy.sample_actions(obs), twin.sample_actions(obs))
+        chain, _ = twin.sample_chain(obs, "noise", generator=g1)
+        again, _ = policy.sample_chain(obs, "noise", generator=g2)
+    torch.testing.assert_close(chain, again, rtol=0, atol=0)
+    assert not policy._features and not twin._features
