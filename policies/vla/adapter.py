@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlrobot.envs.language import TOKENS_KEY
 from rlrobot.policies.actor_critic import mlp
 from rlrobot.policies.flow import SAMPLE_MODES, FlowSampling, gaussian_log_prob, time_grid
 
@@ -114,6 +115,10 @@ class VLAPolicy(nn.Module, FlowSampling):
         self.log_var_min = 2 * math.log(cfg.noise_std_min)
         self.log_var_max = 2 * math.log(cfg.noise_std_max)
         self.instruction = cfg.instruction
+        # no fixed instruction and the task observes each env's: every row is prompted with its own (the suite)
+        self.per_env_instruction = not cfg.instruction and TOKENS_KEY in obs_keys
+        self._text_cache: dict[tuple[int, ...], str] = {}  # instruction token ids -> text
+        self._token_cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # text -> the VLA's tokens and mask
         self._features: list[torch.Tensor] = []
         # a bound method, not a closure: a deep copy (an overlapped run's actor, NFT's reference) records into its own list
         self.model.action_out_proj.register_forward_hook(self._record_features)
@@ -131,13 +136,51 @@ class VLAPolicy(nn.Module, FlowSampling):
     def _init_language(self) -> None:
         """Tokens of a fixed instruction, as buffers made here (not under a rollout's inference mode)."""
 
-    def _fixed_instruction(self, text: str, max_length: int, padding: str = "max_length") -> None:
-        tokens, masks = self.tokens([text], max_length, torch.device("cpu"), padding)
+    def _fixed_instruction(self, text: str, max_length: int, padding: str = "max_length", suffix: str = "") -> None:
+        self._language = (suffix, max_length, padding)  # how each env's own instruction is tokenised (per_env)
+        tokens, masks = self.tokens([text + suffix], max_length, torch.device("cpu"), padding)
         self.register_buffer("lang_tokens", tokens, persistent=False)
         self.register_buffer("lang_masks", masks, persistent=False)
 
-    def _instruction_tokens(self, bsize: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.lang_tokens.expand(bsize, -1), self.lang_masks.expand(bsize, -1)
+    def _instruction_tokens(self, batch: dict[str, Any], bsize: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fixed instruction's tokens for every row, or (per-env instructions: ``batch["task"]``) each row's own
+        text tokenised as LeRobot's TokenizerProcessorStep tokenises a batch of tasks: every distinct text once (cached,
+        to ``max_length``; right padding, so a "longest" batch is the same rows cut to its longest text)."""
+        if "task" not in batch:
+            return self.lang_tokens.expand(bsize, -1), self.lang_masks.expand(bsize, -1)
+        suffix, max_length, padding = self._language
+        texts = batch["task"]
+        unique = sorted(set(texts))
+        missing = [t for t in unique if t not in self._token_cache]
+        if missing:
+            tokens, masks = self.tokens([t + suffix for t in missing], max_length, torch.device("cpu"), "max_length")
+            self._token_cache.update({t: (tokens[i], masks[i]) for i, t in enumerate(missing)})
+        device = self.lang_tokens.device
+        row = {t: i for i, t in enumerate(unique)}
+        index = torch.tensor([row[t] for t in texts], device=device)
+        tokens = torch.stack([self._token_cache[t][0] for t in unique]).to(device)[index]
+        masks = torch.stack([self._token_cache[t][1] for t in unique]).to(device)[index]
+        if padding != "max_length":
+            length = int(masks.sum(1).max())
+            tokens, masks = tokens[:, :length], masks[:, :length]
+        return tokens, masks
+
+    def instruction_texts(self, obs: dict[str, torch.Tensor]) -> list[str] | None:
+        """Each row's instruction from its ``instruction_tokens`` observation (the suite's vocabulary; every distinct
+        row decoded once, then cached), or None for a policy with one fixed instruction."""
+        if not self.per_env_instruction:
+            return None
+        from rlrobot.tasks.so101_suite import VOCABULARY  # the vocabulary of the instruction_tokens observation
+
+        ids = obs[TOKENS_KEY]
+        unique, inverse = torch.unique(ids.detach().to("cpu", torch.long), dim=0, return_inverse=True)
+        texts = []
+        for row in unique:
+            key = tuple(row.tolist())
+            if key not in self._text_cache:
+                self._text_cache[key] = VOCABULARY.decode(row.numpy())
+            texts.append(self._text_cache[key])
+        return [texts[i] for i in inverse.tolist()]
 
     def _prefix_width(self) -> int:
         raise NotImplementedError
@@ -150,10 +193,14 @@ class VLAPolicy(nn.Module, FlowSampling):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ observation mapping
-    def lerobot_batch(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def lerobot_batch(self, obs: dict[str, torch.Tensor]) -> dict[str, Any]:
         """Our observation dict -> LeRobot feature names (``observation.state`` normalised, ``observation.images.*`` in
-        [0, 1]); the instruction is added by the variant (tokens, or pi0.5's prompt with the discretised state)."""
-        batch: dict[str, torch.Tensor] = {}
+        [0, 1]), ``task`` each row's instruction text where the envs have their own; the instruction is added by the
+        variant (tokens, or pi0.5's prompt with the discretised state)."""
+        batch: dict[str, Any] = {}
+        texts = self.instruction_texts(obs)
+        if texts is not None:
+            batch["task"] = texts
         for key in self.obs_keys:
             x = obs[key]
             if key == "state":

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlrobot.domains import NonNegativeInt, Positive, PositiveInt
+from rlrobot.envs.language import TOKENS_KEY
 from rlrobot.sections import Section
 from rlrobot.tasks.registry import is_adapter_task
 
@@ -33,7 +34,8 @@ class VLAConfig(Section):
     obs_keys: tuple[str, ...] = ()
     """our observation keys the VLA reads (() = every one its features name: state and image_<camera>)"""
     instruction: str = ""
-    """the task text given to the VLM ('' = the task's own instruction)"""
+    """the task text given to the VLM ('' = the task's own instruction; on the language suite each env's own, read
+    from its instruction_tokens observation)"""
     noise_hidden: tuple[PositiveInt, ...] = (128, 64)
     """Flow-Noise head on the action expert's per-token features (pi_RL)"""
     noise_std_min: Positive = 0.08
@@ -180,4 +182,9 @@ def resolve(run) -> None:
     if not vla.instruction and not is_adapter_task(run.task):
         from rlrobot.tasks.registry import describe_task
 
-        vla.instruction = describe_task(run.task)["instruction"]
+        task = describe_task(run.task)
+        if TOKENS_KEY in task["observation"]:  # each env its own instruction (the suite): the VLA reads its token ids
+            if TOKENS_KEY not in vla.obs_keys:
+                vla.obs_keys = (*vla.obs_keys, TOKENS_KEY)
+        else:
+            vla.instruction = task["instruction"]

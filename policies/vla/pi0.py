@@ -32,12 +32,12 @@ class PI0Adapter(VLAPolicy):
 
     def _init_language(self) -> None:
         # LeRobot's pi0 processor ends the task with a newline, then tokenises (right padding to max_length)
-        self._fixed_instruction(self.instruction + "\n", self.lerobot.config.tokenizer_max_length)
+        self._fixed_instruction(self.instruction, self.lerobot.config.tokenizer_max_length, suffix="\n")
 
     def _prefix(self, batch: dict[str, torch.Tensor], bsize: int):
         images, img_masks = self.lerobot._preprocess_images(batch)
         state = self.lerobot.prepare_state(batch)
-        tokens, masks = self._instruction_tokens(bsize)
+        tokens, masks = self._instruction_tokens(batch, bsize)
         embs, pad_masks, att_masks = self.model.embed_prefix(images, img_masks, tokens, masks)
         prefix_out, cache = prefix_forward(self.model, embs, pad_masks, att_masks)
         return prefix_out, cache, pad_masks, {"state": state}

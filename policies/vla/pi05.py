@@ -12,11 +12,13 @@ from .adapter import VLAEncoding, VLAPolicy
 from .pi0 import prefix_forward
 
 
-def state_prompts(instruction: str, state: torch.Tensor) -> list[str]:
-    """LeRobot's ``Pi05PrepareStateTokenizerProcessorStep``: the normalised state in 256 bins over [-1, 1]."""
+def state_prompts(instruction: str | list[str], state: torch.Tensor) -> list[str]:
+    """LeRobot's ``Pi05PrepareStateTokenizerProcessorStep``: the normalised state in 256 bins over [-1, 1]; one
+    instruction for every row or each row's own."""
     bins = np.digitize(state.detach().cpu().numpy(), bins=np.linspace(-1, 1, 256 + 1)[:-1]) - 1
-    text = instruction.strip().replace("_", " ").replace("\n", " ")
-    return [f"Task: {text}, State: {' '.join(map(str, row))};\nAction: " for row in bins]
+    texts = [instruction] * len(bins) if isinstance(instruction, str) else instruction
+    return [f"Task: {text.strip().replace('_', ' ').replace(chr(10), ' ')}, State: {' '.join(map(str, row))};\nAction: "
+            for text, row in zip(texts, bins, strict=True)]
 
 
 class PI05Adapter(VLAPolicy):
@@ -28,10 +30,12 @@ class PI05Adapter(VLAPolicy):
     def _prefix(self, batch: dict[str, torch.Tensor], bsize: int):
         device = next(self.model.parameters()).device
         images, img_masks = self.lerobot._preprocess_images(batch)
+        instruction = batch.get("task", self.instruction)  # each env's own (the suite) or the fixed one
         if "observation.state" in batch:
-            prompts = state_prompts(self.instruction, batch["observation.state"])
+            prompts = state_prompts(instruction, batch["observation.state"])
         else:
-            prompts = [f"Task: {self.instruction.strip()};\nAction: "] * bsize
+            texts = [instruction] * bsize if isinstance(instruction, str) else instruction
+            prompts = [f"Task: {text.strip()};\nAction: " for text in texts]
         tokens, masks = self.tokens(prompts, self.lerobot.config.tokenizer_max_length, device)
         embs, pad_masks, att_masks = self.model.embed_prefix(images, img_masks, tokens, masks)
         prefix_out, cache = prefix_forward(self.model, embs, pad_masks, att_masks)

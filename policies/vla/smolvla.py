@@ -17,15 +17,15 @@ class SmolVLAAdapter(VLAPolicy):
 
     def _init_language(self) -> None:
         # LeRobot's SmolVLA processor ends the task with a newline, then tokenises (right padding)
-        self._fixed_instruction(self.instruction + "\n", self.lerobot.config.tokenizer_max_length,
-                                self.lerobot.config.pad_language_to)
+        self._fixed_instruction(self.instruction, self.lerobot.config.tokenizer_max_length,
+                                self.lerobot.config.pad_language_to, suffix="\n")
 
     def _prefix(self, batch: dict[str, torch.Tensor], bsize: int):
         from lerobot.policies.common.vla_utils import make_att_2d_masks
 
         images, img_masks = self.lerobot.prepare_images(batch)
         state = self.lerobot.prepare_state(batch)
-        tokens, masks = self._instruction_tokens(bsize)
+        tokens, masks = self._instruction_tokens(batch, bsize)
         embs, pad_masks, att_masks = self.model.embed_prefix(images, img_masks, tokens, masks, state=state)
         att_2d = make_att_2d_masks(pad_masks, att_masks)
         position_ids = torch.cumsum(pad_masks, dim=1) - 1
