@@ -6,6 +6,10 @@ Cartesian TCP deltas through IK). ``TaskBridge`` keeps a one-env shadow of the t
 step it loads the measured joints and the task context, recomputes kinematics, and reads the observation and the
 joint targets with exactly the code the policy was trained with, so sim and robot cannot drift apart.
 
+A policy that reads the instruction (``instruction_tokens`` / ``instruction_embedding``: the language suite's) gets
+the reading's ``instruction`` (the twin's task), else ``instruction`` (the operator's, ``rlrobot deploy --instruction``),
+encoded as the task encodes it.
+
 A policy that reads cameras (``image_<camera>``, e.g. a VLA or a flow policy trained on ``--obs-mode state+rgb``)
 gets the robot's frames of those cameras as they are: the reading's ``images`` {camera: HxWx3 uint8} at the size it
 was trained on (the sighted twin renders them so). ``camera_map`` {policy camera: robot camera} names the robot's
@@ -19,7 +23,7 @@ from typing import Any
 import numpy as np
 
 import rlrobot
-from rlrobot.tasks.profile import IMAGE_PREFIX
+from rlrobot.tasks.profile import IMAGE_PREFIX, LANGUAGE_KEYS
 from rlrobot.tasks.registry import is_adapter_task
 
 
@@ -82,6 +86,10 @@ class TaskBridge:
                 raise ValueError(f"camera {robot_cam!r} gives {image.shape[1:]} frames (3, H, W); the policy's "
                                  f"{IMAGE_PREFIX + cam} was trained on {expected}")
             obs[IMAGE_PREFIX + cam] = image
+        language = [k for k in self.keys if k in LANGUAGE_KEYS]
+        if language:  # the operator's instruction (deploy --instruction; the twin reports the task it set up)
+            encoded = self.shadow.instruction_observation([measured.get("instruction") or self.instruction])
+            obs.update({k: np.asarray(encoded[k]) for k in language})
         return obs
 
     def joint_targets(self, action: np.ndarray, measured: dict[str, Any], last_targets: np.ndarray) -> np.ndarray:
