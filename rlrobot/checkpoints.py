@@ -241,6 +241,24 @@ def refuse_lerobot_directory(ckpt: Path, saved: Any) -> None:
                           f"that run's directory")
 
 
+RUN_COPIES = "run_copies"
+"""config.json key: ``{"<section>.<field>": "<folder>"}``, run-config paths (a VLA's base directory) of which the run
+keeps its own copy in ``RUN/<folder>``; reading the checkpoint points the field at that copy."""
+
+
+def use_run_copies(saved: Any, ckpt: Path) -> None:
+    """Point each path field the run copied (``RUN_COPIES``) at the copy in the run directory, so the run does not
+    depend on where its inputs were; the copy is looked for beside the checkpoint and up to its run directory."""
+    if not isinstance(saved, dict) or not isinstance(saved.get(RUN_COPIES), dict) or "train" not in saved:
+        return
+    for dotted, folder in saved[RUN_COPIES].items():
+        section, _, field = dotted.rpartition(".")
+        values = saved["train"].get(section) if section else saved["train"]
+        copy = next((d / folder for d in (ckpt, ckpt.parent, ckpt.parent.parent) if (d / folder).is_dir()), None)
+        if isinstance(values, dict) and copy is not None:
+            values[field] = str(copy.resolve())
+
+
 def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
     """(weights, config.json contents, checkpoint directory); a damaged file is named in a CheckpointError, and a
     LeRobot pretrained directory is refused before its weights load."""
@@ -248,6 +266,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str
     saved = _read_json(ckpt / "config.json")
     refuse_lerobot_directory(ckpt, saved)
     verify_checkpoint(ckpt)
+    use_run_copies(saved, ckpt)
     return _load_tensors(ckpt / "model.safetensors"), saved, ckpt
 
 
@@ -256,6 +275,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     ckpt = resolve_checkpoint(path)
     saved = _read_json(ckpt / "config.json")
     refuse_lerobot_directory(ckpt, saved)
+    use_run_copies(saved, ckpt)
     return saved
 
 

@@ -112,7 +112,7 @@ def read_pretrained_config(path: str) -> dict[str, Any]:
     if cfg.get("type") not in VARIANTS:
         what = f"type {cfg.get('type')!r}" if "type" in cfg else "no 'type' field (an rlrobot run? use --init)"
         raise ValueError(f"vla.path={path!r} is not a LeRobot pi0 / pi05 / smolvla policy: its config.json has {what}")
-    if not (root / "model.safetensors").is_file():
+    if not (root / "model.safetensors").is_file() and not (root / "rlrobot_base_copy.json").is_file():
         raise ValueError(f"vla.path={path!r} has no model.safetensors (a LeRobot pretrained directory has both)")
     return cfg
 

@@ -69,16 +69,31 @@ def load_lerobot_policy(path: str, variant: str, device: str | torch.device = "c
     """LeRobot's ``from_pretrained`` on a local directory, offline (tiny random checkpoints rebuilt at their size)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from contextlib import nullcontext
+
+    from lerobot.configs.policies import PreTrainedConfig
+
+    from .portable import is_base_copy, resolve_vlm_name
+
     root = Path(path)
     marker = root / TINY_MARKER
     cls = policy_class(variant)
+    config = PreTrainedConfig.from_pretrained(str(root), local_files_only=True)
+    if getattr(config, "vlm_model_name", None):  # a run's copy or an export keeps its VLM config in a folder of its own
+        config.vlm_model_name = resolve_vlm_name(root, config.vlm_model_name)
     if marker.is_file():
         from .tiny import tiny_patches
 
-        with tiny_patches(variant, json.loads(marker.read_text())):
-            policy = cls.from_pretrained(str(root), local_files_only=True)
+        patches = tiny_patches(variant, json.loads(marker.read_text()))
     else:
-        policy = cls.from_pretrained(str(root), local_files_only=True)
+        patches = nullcontext()
+    with patches:
+        if is_base_copy(root):  # a run's copy of its base: the architecture only, the weights are the run's
+            if hasattr(config, "load_vlm_weights"):
+                config.load_vlm_weights = False
+            policy = cls(config)
+        else:
+            policy = cls.from_pretrained(str(root), config=config, local_files_only=True)
     return policy.to(device)
 
 

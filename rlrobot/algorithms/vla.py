@@ -19,6 +19,7 @@ from rlrobot.checkpoints import load_config, load_section
 from rlrobot.policies.registry import policy_kind_of
 from rlrobot.policies.vla import config as vla_config
 from rlrobot.policies.vla.config import VLAConfig
+from rlrobot.policies.vla.portable import base_copy_source, is_base_copy
 
 
 @dataclass
@@ -57,12 +58,19 @@ def prepare_vla(run) -> None:
                 continue
             if name in VLA_RUN_SETTINGS:
                 setattr(init_vla, name, ours)
-            elif name == "path" and Path(ours).expanduser().resolve() == Path(theirs).expanduser().resolve():
+            elif name == "path" and Path(ours).expanduser().resolve() in (Path(theirs).expanduser().resolve(),
+                                                                           base_copy_source(theirs)):
                 continue
             elif ours != (tuple(theirs) if isinstance(ours, tuple) else theirs):
                 raise ValueError(f"vla.{name}={ours!r} differs from the --init run's {theirs!r}: the weights and their "
                                  f"architecture come from --init (settings this run may change: {VLA_RUN_SETTINGS})")
+        source = base_copy_source(init_vla.path)  # the --init run's copy of its base: the base itself while it exists
+        if source is not None and source.is_dir():
+            init_vla.path = str(source)
         run.vla = init_vla
+    if run.vla.path and is_base_copy(run.vla.path) and not getattr(run, "init", "") and not run.resume:
+        raise ValueError(f"vla.path={run.vla.path!r} is a run's copy of its base checkpoint, without weights (the run's "
+                         "checkpoints hold them): pass that run as --init RUN")
     vla_config.resolve(run)
 
 

@@ -63,6 +63,8 @@ COMMANDS: dict[str, Command] = {
                      "Serve a policy over a websocket (msgpack frames, HMAC-authenticated)."),
     "deploy": Command("run a policy on a robot (twin or LeRobot) through the safety supervisor",
                       "rlrobot.real_robot.deploy:run_deploy", "rlrobot.real_robot.deploy:DeployArgs"),
+    "export": Command("a run's policy in another library's format (a VLA run as a LeRobot pretrained directory)",
+                      "rlrobot.commands.export:run_export", "rlrobot.commands.export:ExportArgs"),
     "compare": Command("several runs' curves on one PNG (env steps and wall clock) with a table",
                        "rlrobot.commands.compare:run_compare", "rlrobot.commands.compare:CompareArgs",
                        "Several runs' evaluation curves on one PNG (env steps and wall clock)."),
