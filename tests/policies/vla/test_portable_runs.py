@@ -55,6 +55,12 @@ def test_a_vla_run_evaluates_the_same_after_its_base_directory_moved(trained):
     after = json.loads((root / "eval_after" / "eval.json").read_text())
     print(f"return before the move {before['return_mean']:.6f}, after {after['return_mean']:.6f}")
     assert after["return_mean"] == before["return_mean"] and after["success_rate"] == before["success_rate"]
+    # deploy (and serve: the same loader) on the twin with the cameras, the base still away
+    report = root / "deploy.json"
+    main(["deploy", "--robot", "twin", "--checkpoint", str(run), "--episodes", "1", "--max-steps", "5",
+          "--executor.no-realtime", "--json-out", str(report)])
+    summary = json.loads(report.read_text())
+    assert summary["steps"] == 5 and summary["inference_failures"] == 0 and summary["first_failure"] is None
     # --init RUN fine-tunes it further without the base: the architecture from the run's copy, the weights from the run
     again = root / "again"
     main(["train", "--algo", "vla-flow-noise", "--task", "so101-reach", "--obs-mode", "state+rgb", "--control-mode",
