@@ -195,3 +195,32 @@ def test_export_refuses_an_existing_non_empty_directory(trained):
     with pytest.raises(SystemExit) as e:
         main(["export", str(run), "--format", "lerobot", "--out", str(taken)])
     assert e.value.code == 2
+
+
+def test_a_vlm_folder_outside_the_base_directory_is_copied_with_it(tmp_path):
+    """SmolVLA's ``vlm_model_name`` naming a local folder elsewhere: the run's copy gets that folder (and LeRobot's
+    tokenizer step follows it), so the copy builds after both the base and the VLM folder are gone."""
+    from rlrobot.policies.vla.config import VLAConfig
+    from rlrobot.policies.vla.load import build_vla
+    from rlrobot.policies.vla.portable import VLM_FOLDER, copy_base, set_tokenizer_name
+    from rlrobot.policies.vla.tiny import build_tiny
+
+    space = {"state": [6], "image_up": [3, 32, 32]}
+    base = build_tiny("smolvla", tmp_path / "base", space, 6, ["pick up the cube"], chunk_size=4, denoising_steps=3)
+    elsewhere = shutil.move(base / "vlm", tmp_path / "smolvlm")
+    config = json.loads((base / "config.json").read_text())
+    config["vlm_model_name"] = str(elsewhere)
+    (base / "config.json").write_text(json.dumps(config))
+    set_tokenizer_name(base, str(elsewhere))
+    torch.manual_seed(0)
+    policy = build_vla({"observation_space": space, "action_dim": 6}, VLAConfig(path=str(base), bf16=False))
+    copy = copy_base(base, tmp_path / "run" / "lerobot_base", policy.tokenizer)
+    shutil.rmtree(base)
+    shutil.rmtree(elsewhere)
+    assert json.loads((copy / "config.json").read_text())["vlm_model_name"] == VLM_FOLDER
+    assert (copy / VLM_FOLDER / "config.json").is_file()
+    rebuilt = build_vla({"observation_space": space, "action_dim": 6}, VLAConfig(path=str(copy), bf16=False))
+    rebuilt.load_state_dict(policy.state_dict())
+    obs = {"state": torch.randn(1, 6), "image_up": torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8)}
+    with torch.no_grad():
+        assert torch.equal(rebuilt.sample_actions(obs), policy.sample_actions(obs))
