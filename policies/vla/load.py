@@ -97,6 +97,11 @@ def load_lerobot_policy(path: str, variant: str, device: str | torch.device = "c
     return policy.to(device)
 
 
+LORA_TRAINED_IN_FULL = ("action_in_proj", "action_out_proj", "state_proj", "action_time_mlp_in", "action_time_mlp_out",
+                        "time_mlp_in", "time_mlp_out")
+"""the core model's projections that train in full beside the LoRA adapters"""
+
+
 def apply_lora(policy: torch.nn.Module, cfg: VLAConfig) -> None:
     """LoRA adapters (peft) on the VLM / expert projections; the base weights freeze, the adapters, the action / state /
     time projections and our heads train."""
@@ -108,8 +113,7 @@ def apply_lora(policy: torch.nn.Module, cfg: VLAConfig) -> None:
     inject_adapter_in_model(LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=list(cfg.lora_targets),
                                        lora_dropout=0.0), model)
     for name, p in model.named_parameters():
-        head = name.split(".")[0] in ("action_in_proj", "action_out_proj", "state_proj", "action_time_mlp_in",
-                                      "action_time_mlp_out", "time_mlp_in", "time_mlp_out")
+        head = name.split(".")[0] in LORA_TRAINED_IN_FULL
         p.requires_grad_("lora_" in name or head)
 
 

@@ -177,18 +177,59 @@ def merged_lerobot_policy(policy) -> torch.nn.Module:
     return lerobot_policy
 
 
-def export_lerobot(policy, base: str | Path, out: str | Path) -> Path:
+def lora_adapter(policy, base: Path):
+    """A PEFT model over the base checkpoint's own weights holding the run's LoRA adapters and, as ``modules_to_save``,
+    the projections a LoRA run trains in full: what LeRobot's ``use_peft`` loading rebuilds. Refuses a run whose other
+    weights differ from the base's (they would be lost)."""
+    from peft import LoraConfig, get_peft_model
+
+    from .load import LORA_TRAINED_IN_FULL, load_lerobot_policy
+
+    cfg = policy.vla_cfg
+    if not cfg.lora_rank:
+        raise ValueError("lora_only: this run trained no LoRA adapters (vla.lora_rank=0); export the full weights")
+    if not (base / "model.safetensors").is_file():
+        raise ValueError(f"lora_only: the adapter names its base checkpoint, and {base} (the run's --vla.path) has no "
+                         "model.safetensors any more; export the full weights instead")
+    fresh = load_lerobot_policy(str(base), json.loads((base / "config.json").read_text())["type"])
+    heads = [n for n in LORA_TRAINED_IN_FULL if hasattr(fresh.model, n)]
+    peft_model = get_peft_model(fresh, LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+                                                  target_modules=list(cfg.lora_targets), modules_to_save=heads))
+    ours = policy.state_dict()
+    changed, loaded = [], {}
+    for name, tensor in peft_model.state_dict().items():
+        inner = "lerobot." + name.removeprefix("base_model.model.")
+        if "lora_" in name or ".modules_to_save.default." in name:
+            loaded[name] = ours[inner.replace(".modules_to_save.default", "")]
+        elif ".original_module." not in name and inner in ours and not torch.equal(ours[inner].to(tensor), tensor):
+            changed.append(inner.removeprefix("lerobot."))
+    if changed:
+        raise ValueError(f"lora_only: the run's weights outside its LoRA adapters differ from {base}'s ({changed[:3]}, "
+                         f"{len(changed)} in all); export the full weights")
+    peft_model.load_state_dict(loaded, strict=False)
+    peft_model.peft_config["default"].base_model_name_or_path = str(base.resolve())
+    return peft_model
+
+
+def export_lerobot(policy, base: str | Path, out: str | Path, lora_only: bool = False) -> Path:
     """Write ``policy`` (a built ``vla`` adapter with the run's weights) into ``out`` as a LeRobot pretrained directory;
-    ``base`` is the directory it was built from (its processor files and tokenizer come along)."""
+    ``base`` is the directory it was built from (its processor files and tokenizer come along). ``lora_only``: the
+    LoRA adapters (and the projections trained in full) as a PEFT adapter over the original base checkpoint, with
+    ``use_peft`` set, as ``lerobot-train --peft`` writes them (the base directory must stay where it is)."""
     base, out = Path(base), Path(out)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"out={str(out)!r} exists and is not empty; give a new directory")
+    adapter = lora_adapter(policy, base_copy_source(base) or base) if lora_only else None
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(base, tmp, ignore=lambda folder, names: [n for n in names if n in ("model.safetensors", COPY_MARKER)]
                     if Path(folder) == base else [])
-    lerobot_policy = merged_lerobot_policy(policy)
-    lerobot_policy.save_pretrained(str(tmp))
+    if adapter is not None:
+        adapter.save_pretrained(str(tmp))
+        adapter.base_model.model.config.use_peft = True
+        adapter.base_model.model.config._save_pretrained(tmp)
+    else:
+        merged_lerobot_policy(policy).save_pretrained(str(tmp))
     config = json.loads((tmp / "config.json").read_text())
     if config.get("type") == "smolvla":
         _copy_vlm(config, base, tmp)

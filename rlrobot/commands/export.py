@@ -26,6 +26,9 @@ class ExportArgs:
     """the directory to write (new or empty)"""
     format: Literal["lerobot"] = "lerobot"
     """lerobot: a LeRobot pretrained directory (VLA runs: pi0 / pi0.5 / SmolVLA)"""
+    lora_only: bool = False
+    """lerobot: only the run's LoRA adapters (and the projections trained in full) as a PEFT adapter over its base
+    checkpoint, which must stay where it is (LeRobot loads it with use_peft); default: the full weights, LoRA merged"""
 
 
 def check_exportable(args: ExportArgs) -> dict:
@@ -56,7 +59,7 @@ def run_export(args: ExportArgs) -> Path:
     from rlrobot.policies.vla.portable import export_lerobot
 
     policy, saved, ckpt = policy_from_checkpoint(args.run)
-    out = export_lerobot(policy.eval(), saved["train"]["vla"]["path"], args.out)
+    out = export_lerobot(policy.eval(), saved["train"]["vla"]["path"], args.out, lora_only=args.lora_only)
     console.print(f"exported {ckpt} as a LeRobot pretrained directory: {out} (load it with LeRobot's from_pretrained; "
                   f"lerobot-record --policy.path {out})")
     return out

@@ -195,6 +195,10 @@ def test_export_refuses_an_existing_non_empty_directory(trained):
     with pytest.raises(SystemExit) as e:
         main(["export", str(run), "--format", "lerobot", "--out", str(taken)])
     assert e.value.code == 2
+    # a LoRA-only export names its base checkpoint, which was moved away: refused, nothing written
+    with pytest.raises(SystemExit) as e:
+        main(["export", str(run), "--lora-only", "--out", str(root / "adapter")])
+    assert e.value.code == 2 and not (root / "adapter").exists()
 
 
 def test_a_vlm_folder_outside_the_base_directory_is_copied_with_it(tmp_path):
@@ -224,3 +228,56 @@ def test_a_vlm_folder_outside_the_base_directory_is_copied_with_it(tmp_path):
     obs = {"state": torch.randn(1, 6), "image_up": torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8)}
     with torch.no_grad():
         assert torch.equal(rebuilt.sample_actions(obs), policy.sample_actions(obs))
+
+
+def test_a_lora_only_export_loads_in_lerobot_over_its_base_with_our_actions(tmp_path):
+    """``lora_only``: the adapters and the projections trained in full as a PEFT adapter over the base checkpoint; LeRobot's
+    own use_peft loading (``_load_pretrained_policy``: the base's from_pretrained, then PeftModel) and its processors
+    give our chunk. A run without LoRA, or whose other weights moved, is refused."""
+    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.policies.factory import make_pre_post_processors
+    from lerobot.rollout.context import _load_pretrained_policy
+
+    from rlrobot.policies.vla.config import VLAConfig
+    from rlrobot.policies.vla.load import build_vla
+    from rlrobot.policies.vla.portable import export_lerobot
+    from rlrobot.policies.vla.tiny import build_tiny, write_processors
+
+    space, instruction = {"state": [6], "image_up": [3, 32, 32]}, "pick up the cube"
+    base = build_tiny("smolvla", tmp_path / "base", space, 6, [instruction], chunk_size=4, denoising_steps=3, seed=3)
+    degrees = dict(STATS["action"])
+    write_processors(base, {"observation.state": degrees, "action": degrees})
+    torch.manual_seed(0)
+    ours = build_vla({"observation_space": space, "action_dim": 6},
+                     VLAConfig(path=str(base), instruction=instruction, bf16=False, lora_rank=4))
+    with torch.no_grad():
+        for name, p in ours.named_parameters():
+            if "lora_B" in name or "action_out_proj" in name:
+                p.add_(torch.randn_like(p) * 0.05)
+        ours.state_mean.copy_(torch.tensor([3.0, -50.0, 55.0, 60.0, 0.0, 30.0]))
+        ours.state_std.copy_(torch.tensor([10.0, 20.0, 30.0, 12.0, 25.0, 9.0]))
+    ours.eval()
+    out = export_lerobot(ours, base, tmp_path / "adapter", lora_only=True)
+    assert (out / "adapter_model.safetensors").is_file() and not (out / "model.safetensors").exists()
+    config = PreTrainedConfig.from_pretrained(str(out))
+    assert config.use_peft
+    config.pretrained_path = out
+    theirs = _load_pretrained_policy(config).eval()
+    pre, post = make_pre_post_processors(config, pretrained_path=str(out))
+    gap = _largest_gap(ours, theirs, pre, post, {"image_up": space["image_up"]}, ours.state_mean.clone(),
+                       ours.state_std.clone())
+    assert gap < 1e-5
+    # the adapter matters: the base alone through the same processors is far off
+    from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+
+    plain = SmolVLAPolicy.from_pretrained(str(base), local_files_only=True).eval()
+    assert _largest_gap(ours, plain, pre, post, {"image_up": space["image_up"]}, ours.state_mean.clone(),
+                        ours.state_std.clone()) > 1e-3
+    # weights outside the adapters that moved would be lost: refused
+    with torch.no_grad():
+        next(p for n, p in ours.named_parameters() if "base_layer" in n).add_(0.1)
+    with pytest.raises(ValueError, match="outside its LoRA adapters"):
+        export_lerobot(ours, base, tmp_path / "refused", lora_only=True)
+    full = build_vla({"observation_space": space, "action_dim": 6}, VLAConfig(path=str(base), instruction=instruction))
+    with pytest.raises(ValueError, match="no LoRA adapters"):
+        export_lerobot(full, base, tmp_path / "refused", lora_only=True)
