@@ -84,6 +84,10 @@ class FlowPPOConfig(AlgorithmConfig):
     max_kl: NonNegative = 0.0
     """stop an update's remaining minibatches once the KL(old || new) estimate before a minibatch exceeds this
     (SB3 / CleanRL's target_kl early stop; 0 = off): the adaptive lr reacts only after a destructive step"""
+    lr_start: NonNegative = 0.0
+    """the adaptive policy lr's value for the first policy update (after the critic warm-up), from which the adaptive
+    rule climbs x1.5 per minibatch while the KL stays under desired_kl / 2 (0 = start at lr): a fine-tuned start's
+    first step at the full lr can move it far (approx_kl ~11 from a short SFT), before any KL has been measured"""
     lr_min: Positive = 1e-6
     """lower bound of the adaptive lr"""
     lr_max: Positive = 1e-3
@@ -196,6 +200,8 @@ class FlowPPO:
         # the policy's step through a shared norm
         self.param_groups = (policy_params, value_params)
         self.lr_schedule = AdaptiveLR(cfg, self.optimizer, groups=(0,))  # the policy's lr; the value lr is fixed
+        if cfg.lr_start and cfg.lr_schedule == "adaptive":
+            self.lr_schedule.start_at(cfg.lr_start)
         self.iterations = 0
         self.storage = RolloutStorage(cfg.rollout_chunks, num_envs, obs_specs, {
             "chains": ((policy.denoising_steps + 1, policy.flat_dim), torch.float32),

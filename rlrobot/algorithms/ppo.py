@@ -139,6 +139,11 @@ class AdaptiveLR:
             self.lr = min(cfg.lr_max, self.lr * 1.5)
         self._write()
 
+    def start_at(self, lr: float) -> None:
+        """Set the adaptive lr's current value (kept in [lr_min, lr_max]) and write it into the optimizer."""
+        self.lr = min(self.cfg.lr_max, max(self.cfg.lr_min, lr))
+        self._write()
+
     def begin_iteration(self, iteration: int, total_iterations: int) -> None:
         """The linear schedule's lr for iteration ``iteration`` (0-based) of ``total_iterations``; the runner calls
         it before each update (other schedules ignore it)."""

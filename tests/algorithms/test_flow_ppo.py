@@ -154,6 +154,27 @@ def test_kl_early_stop_ends_the_update_once_the_policy_moved_too_far(tmp_path, m
     runner.env.close()
 
 
+def test_lr_start_makes_the_first_policy_step_small_and_the_adaptive_rule_climbs_from_it(tmp_path):
+    runs = {}
+    for lr_start in (0.0, 1e-6):
+        runner = FlowOnPolicyRunner(small_config(tmp_path / str(lr_start), "flow-noise", lr_start=lr_start, num_epochs=2))
+        runner.obs, _ = runner.env.reset(seed=0)
+        runner._rollout()
+        lrs = []
+        step = runner.algo.optimizer.step
+        runner.algo.optimizer.step = lambda *a, _s=step, _r=runner, _l=lrs, **k: (
+            _l.append(_r.algo.optimizer.param_groups[0]["lr"]), _s(*a, **k))[1]
+        stats = runner.algo.update(torch.Generator().manual_seed(0))
+        runs[lr_start] = (lrs, stats["approx_kl_max"])
+        runner.env.close()
+    (full_lrs, full_kl), (small_lrs, small_kl) = runs[0.0], runs[1e-6]
+    assert full_lrs[0] == pytest.approx(1e-4) and small_lrs[0] == pytest.approx(1e-6)
+    # the first minibatch steps before any KL is measured; after it, a tiny KL lets the lr grow x1.5 per minibatch
+    growth = [b / a for a, b in zip(small_lrs[1:], small_lrs[2:], strict=False)]
+    assert small_lrs[1] == small_lrs[0] and growth == pytest.approx([1.5] * len(growth))
+    assert small_kl < full_kl / 10  # the policy moved far less in its first update
+
+
 def _updated_flow_policy(variant: str = "noise", **flow_ppo):
     """Three updates of a small flow policy on a fixed synthetic rollout: (weights, the last update's statistics)."""
     from rlrobot.algorithms.flow_ppo import FlowPPO, FlowPPOConfig
