@@ -26,7 +26,12 @@ def gradient_steps_per_s(algo: str, task: str, obs_dim: int, action_dim: int, se
     cfg = preset(task, algo)
     section = cfg.algorithm
     data = synthetic_transitions((100,) * 20, obs_dim=obs_dim, action_dim=action_dim, gamma=section.gamma, device=device)
-    learner = cfg.spec.learner(section, obs_dim, action_dim, data, device, torch.Generator(device=device).manual_seed(0))
+    extra = {}
+    if hasattr(section, "expert_dataset"):  # offline imitation (ReCOIL, BC on the union): demonstrations beside the data
+        extra["expert"] = synthetic_transitions((100,) * 5, obs_dim=obs_dim, action_dim=action_dim, gamma=section.gamma,
+                                                device=device, seed=1)
+    learner = cfg.spec.learner(section, obs_dim, action_dim, data, device, torch.Generator(device=device).manual_seed(0),
+                               **extra)
     for _ in range(3):  # warm-up: allocator, optimizer state
         learner.update()
     steps, start = 0, time.perf_counter()
