@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("grimp") is None, reaso
 
 @pytest.fixture(scope="module")
 def edges():
-    return import_graph.package_edges()
+    return import_graph.package_edges_fresh()
 
 
 def test_no_two_packages_import_each_other_in_a_circle(edges):

@@ -6,6 +6,10 @@ top-level folders, so the graph is built over a temporary tree of links that put
 
     python docs/hooks/import_graph.py            # print the Mermaid block
     python docs/hooks/import_graph.py --write    # rewrite it in docs/concepts/architecture.md
+    python docs/hooks/import_graph.py --json     # the edges as JSON (what the tests read)
+
+grimp finds the package through the import system, so the graph is built in a fresh interpreter: in a process that
+has imported rlrobot already, it would find the installed package (without the mounted folders) instead.
 """
 
 from __future__ import annotations
@@ -88,6 +92,22 @@ def write_page(block: str) -> None:
     PAGE.write_text(f"{head}{BEGIN}\n{block}\n{END}{tail}")
 
 
+def package_edges_fresh() -> dict[tuple[str, str], list[str]]:
+    """``package_edges`` computed in a new interpreter (see the module's docstring)."""
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, __file__, "--json"], capture_output=True, text=True, check=True).stdout
+    return {tuple(pair.split(" -> ")): why for pair, why in json.loads(out).items()}
+
+
 if __name__ == "__main__":
-    block = mermaid(package_edges())
-    write_page(block) if "--write" in sys.argv else print(block)
+    edges = package_edges()
+    if "--json" in sys.argv:
+        import json
+
+        print(json.dumps({f"{a} -> {b}": why for (a, b), why in edges.items()}))
+    elif "--write" in sys.argv:
+        write_page(mermaid(edges))
+    else:
+        print(mermaid(edges))
