@@ -69,6 +69,7 @@ def load_lerobot_policy(path: str, variant: str, device: str | torch.device = "c
     """LeRobot's ``from_pretrained`` on a local directory, offline (tiny random checkpoints rebuilt at their size)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    require_lerobot()  # the extra's one-line error before LeRobot's own imports
     from contextlib import nullcontext
 
     from lerobot.configs.policies import PreTrainedConfig

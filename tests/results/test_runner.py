@@ -64,7 +64,9 @@ def test_force_reruns_a_finished_step_in_place(seed0, tmp_path):
                        log=lambda m: None)
     step = forced["per_seed"][0]["steps"][0]
     assert step["returncode"] == 0 and not step.get("reused")
-    assert forced["per_seed"][0]["figures"] == result["per_seed"][0]["figures"]
+    learned = {k: v for k, v in forced["per_seed"][0]["figures"].items() if not k.endswith("wall_s")}  # timing aside
+    assert learned == {k: v for k, v in result["per_seed"][0]["figures"].items() if not k.endswith("wall_s")}
+    assert "train.success" in learned and "train.return" in learned
 
 
 def test_same_seed_same_threads_is_bit_identical(seed0, tmp_path):
