@@ -3,6 +3,7 @@ sighted twin renders the cameras the policy reads, without a flag, exactly as tr
 robot's frames by the policy's camera names (``--camera-map`` where they differ); deploy refuses at start, in one
 line, a policy camera the robot lacks; a failed request's reason is in the summary without ``--verbose``."""
 
+import gc
 import json
 import logging
 
@@ -27,6 +28,7 @@ def camera_policy(tmp_path_factory):
 
 
 def deploy(capsys, tmp_path, *args):
+    gc.collect()  # renderers of earlier tests finalised here, not inside the CLI's docstring parsing (see conftest)
     out = tmp_path / "report.json"
     main(["deploy", "--robot", "twin", "--episodes", "1", "--max-steps", "20", "--executor.no-realtime",
           "--json-out", str(out), *args])
