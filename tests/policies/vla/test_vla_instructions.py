@@ -1,7 +1,7 @@
 """Per-env instructions for the LeRobot VLAs on the language suite: each env's own instruction (read from its
 ``instruction_tokens`` observation) is tokenised with the VLA's tokenizer as that text alone would be, carried in the
 rollout storage so that the PPO update scores each chunk with the instruction it was sampled under, and taken from a
-serve request's observation; a fixed instruction gives the same chunks bit for bit as before.
+serve request's observation; a fixed instruction takes the single-prompt path, whose chunks the per-env path equals bit for bit.
 
 These need the ``vla`` extra (Python >= 3.12, lerobot 0.6.1): ``.ci/run`` runs them in ``.venv-vla``.
 """
